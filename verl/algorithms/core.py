@@ -1,0 +1,73 @@
+"""Masked reductions and loss aggregation shared by every estimator and loss.
+
+All tensors are (batch, response_length); `mask` is 1 on real response tokens, 0 on padding.
+"""
+
+from __future__ import annotations
+
+import torch
+
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    return (values * mask).sum() if dim is None else (values * mask).sum(dim)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean over the positions where mask is 1 (0 when the mask is empty, rather than NaN)."""
+    count = mask.sum() if dim is None else mask.sum(dim)
+    return masked_sum(values, mask, dim) / count.clamp_min(1e-8)
+
+
+def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    mean = masked_mean(values, mask)
+    var = masked_mean((values - mean) ** 2, mask)
+    if unbiased:
+        n = mask.sum()
+        if n > 1:
+            var = var * n / (n - 1)
+    return var
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    """(x - mean) / std over the masked positions, the batch-level normalisation of PPO advantages."""
+    mean, var = masked_mean(values, mask), masked_var(values, mask)
+    whitened = (values - mean) * torch.rsqrt(var + 1e-8)
+    return whitened if shift_mean else whitened + mean
+
+
+def agg_loss(
+    loss_mat: torch.Tensor,
+    loss_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    loss_scale_factor: float | None = None,
+    global_num_tokens: float | None = None,
+    global_num_seqs: float | None = None,
+) -> torch.Tensor:
+    """Reduce a per-token loss matrix to a scalar.
+
+    - ``token-mean``: Σ_{i,t} m·L / N_tokens  (DAPO; every token weighs the same)
+    - ``seq-mean-token-sum``: mean_i Σ_t m·L
+    - ``seq-mean-token-mean``: mean_i (Σ_t m·L / Σ_t m)  (original GRPO)
+    - ``seq-mean-token-sum-norm``: mean_i Σ_t m·L / C with C = ``loss_scale_factor`` or the
+      response length (Dr.GRPO, arXiv 2503.20783: a constant divisor removes the length bias)
+
+    ``global_num_tokens`` / ``global_num_seqs`` are the counts over the whole mini-batch. When a
+    mini-batch is split into micro-batches, passing them makes the sum of the micro-batch losses
+    equal the mini-batch loss, so the gradient does not depend on how the batch was split.
+    """
+    loss_mask = loss_mask.to(loss_mat.dtype)
+    num_tokens = global_num_tokens if global_num_tokens is not None else loss_mask.sum().clamp_min(1.0)
+    num_seqs = global_num_seqs if global_num_seqs is not None else loss_mat.shape[0]
+    if loss_agg_mode == "token-mean":
+        return masked_sum(loss_mat, loss_mask) / num_tokens
+    seq_sums = masked_sum(loss_mat, loss_mask, dim=-1)
+    if loss_agg_mode == "seq-mean-token-sum":
+        return seq_sums.sum() / num_seqs
+    if loss_agg_mode == "seq-mean-token-mean":
+        return (seq_sums / loss_mask.sum(-1).clamp_min(1.0)).sum() / num_seqs
+    if loss_agg_mode == "seq-mean-token-sum-norm":
+        scale = loss_scale_factor if loss_scale_factor is not None else loss_mat.shape[-1]
+        return seq_sums.sum() / (num_seqs * scale)
+    raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}; choose one of {LOSS_AGG_MODES}")

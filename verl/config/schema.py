@@ -1,0 +1,441 @@
+"""Typed configuration schema: OmegaConf structured configs built from dataclasses.
+
+Section and key names follow verl (``data``, ``actor_rollout_ref.actor.optim.lr``, ``algorithm.kl_ctrl``, ...)
+so verl recipes and command lines translate one to one. Every field carries a one-line docstring.
+
+Batch sizes follow verl's units: ``data.train_batch_size`` and ``actor.ppo_mini_batch_size`` count *prompts*;
+``ppo_micro_batch_size_per_gpu`` and ``log_prob_micro_batch_size_per_gpu`` count *samples* (responses).
+Sizes derived from these live in :func:`verl.config.loader.derive_sizes` and are never written back.
+
+``Optional[...]`` is kept (rather than ``X | None``) because older OmegaConf releases cannot read PEP 604 unions.
+"""
+
+# ruff: noqa: UP007, UP045
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+# --------------------------------------------------------------------------------------------------------------
+# data
+# --------------------------------------------------------------------------------------------------------------
+@dataclass
+class DataConfig:
+    """``data``: where prompts come from and how they are shaped."""
+
+    tokenizer: Optional[str] = None
+    """tokenizer name or path; None = use the model's tokenizer"""
+    train_files: Any = None
+    """training parquet file(s): a path or a list of paths (see ``as_file_list``)"""
+    val_files: Any = None
+    """validation parquet file(s): a path or a list of paths"""
+    prompt_key: str = "prompt"
+    """dataset column holding the prompt (a chat message list or a string)"""
+    reward_fn_key: str = "data_source"
+    """dataset column used to pick the reward function for each row"""
+    max_prompt_length: int = 512
+    """maximum prompt length in tokens (prompts are left-padded to this)"""
+    max_response_length: int = 512
+    """maximum number of generated tokens per response"""
+    train_batch_size: int = 1024
+    """prompts per RL step (each is sampled ``rollout.n`` times)"""
+    val_batch_size: Optional[int] = None
+    """prompts per validation batch; None = the whole validation set at once"""
+    truncation: str = "error"
+    """what to do with prompts longer than max_prompt_length: error | left | right"""
+    shuffle: bool = True
+    """shuffle the training set every epoch"""
+    seed: Optional[int] = None
+    """data shuffling seed; None = trainer.seed"""
+    filter_overlong_prompts: bool = False
+    """drop prompts longer than max_prompt_length when loading the dataset"""
+    train_max_samples: int = -1
+    """use at most this many training rows; -1 = all"""
+    val_max_samples: int = -1
+    """use at most this many validation rows; -1 = all"""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# actor_rollout_ref
+# --------------------------------------------------------------------------------------------------------------
+@dataclass
+class ModelConfig:
+    """``actor_rollout_ref.model``: the policy (and reference) model."""
+
+    path: str = ""
+    """model directory or hub id (required; checked at load)"""
+    tokenizer_path: Optional[str] = None
+    """tokenizer directory or hub id; None = same as path"""
+    trust_remote_code: bool = False
+    """allow custom modelling code shipped with the checkpoint"""
+    torch_dtype: str = "float32"
+    """parameter dtype: float32 | bfloat16 | float16"""
+    attn_implementation: str = "sdpa"
+    """transformers attention backend: sdpa | eager | flash_attention_2"""
+    enable_gradient_checkpointing: bool = False
+    """recompute activations in the backward pass to save memory"""
+    use_remove_padding: bool = False
+    """pack sequences without padding in the forward pass (where supported)"""
+    override_config: dict[str, Any] = field(default_factory=dict)
+    """free-form overrides applied to the transformers model config"""
+
+
+@dataclass
+class OptimConfig:
+    """``actor_rollout_ref.actor.optim``: AdamW and its learning-rate schedule."""
+
+    lr: float = 1e-6
+    """peak learning rate"""
+    weight_decay: float = 0.01
+    """AdamW weight decay"""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW (beta1, beta2)"""
+    lr_warmup_steps: int = -1
+    """linear warmup length in optimizer steps; -1 = use lr_warmup_steps_ratio"""
+    lr_warmup_steps_ratio: float = 0.0
+    """warmup length as a fraction of total optimizer steps (used when lr_warmup_steps is -1)"""
+    lr_scheduler_type: str = "constant"
+    """schedule after warmup: constant | cosine"""
+    min_lr_ratio: float = 0.0
+    """cosine schedule floor as a fraction of lr"""
+
+
+@dataclass
+class PolicyLossConfig:
+    """``actor_rollout_ref.actor.policy_loss``: which policy-gradient loss to use."""
+
+    loss_mode: str = "vanilla"
+    """policy loss variant (vanilla = PPO clipped surrogate with dual clip)"""
+
+
+@dataclass
+class ActorConfig:
+    """``actor_rollout_ref.actor``: the policy update."""
+
+    strategy: str = "dp"
+    """training backend: dp (single process / data parallel)"""
+    ppo_mini_batch_size: int = 256
+    """prompts per optimizer step (times rollout.n samples), as in verl"""
+    ppo_micro_batch_size_per_gpu: Optional[int] = None
+    """samples per forward/backward pass; None = the whole mini-batch (no gradient accumulation)"""
+    use_dynamic_bsz: bool = False
+    """pack micro-batches by token count (ppo_max_token_len_per_gpu) instead of sample count"""
+    ppo_max_token_len_per_gpu: int = 16384
+    """token budget per micro-batch when use_dynamic_bsz is on"""
+    ppo_epochs: int = 1
+    """passes over each RL batch"""
+    shuffle: bool = False
+    """shuffle samples between PPO epochs"""
+    clip_ratio: float = 0.2
+    """PPO clip range epsilon (used for both sides unless clip_ratio_low/high are set)"""
+    clip_ratio_low: Optional[float] = None
+    """lower clip range; None = clip_ratio"""
+    clip_ratio_high: Optional[float] = None
+    """upper clip range (DAPO clip-higher); None = clip_ratio"""
+    clip_ratio_c: float = 3.0
+    """dual-clip constant c for negative advantages"""
+    grad_clip: float = 1.0
+    """max global gradient norm"""
+    loss_agg_mode: str = "token-mean"
+    """loss aggregation: token-mean | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm"""
+    loss_scale_factor: Optional[float] = None
+    """constant divisor for seq-mean-token-sum-norm; None = max_response_length"""
+    entropy_coeff: float = 0.0
+    """entropy bonus coefficient"""
+    use_kl_loss: bool = False
+    """add a KL(actor || ref) term to the loss (GRPO style)"""
+    kl_loss_coef: float = 0.001
+    """coefficient of the KL loss term"""
+    kl_loss_type: str = "low_var_kl"
+    """KL estimator for the loss: kl | abs | mse | low_var_kl | full"""
+    policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
+    """policy-loss variant"""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """optimizer and learning-rate schedule"""
+
+
+@dataclass
+class SamplingConfig:
+    """``actor_rollout_ref.rollout.val_kwargs``: sampling used for validation."""
+
+    n: int = 1
+    """responses per validation prompt"""
+    temperature: float = 0.0
+    """sampling temperature (0 = greedy)"""
+    top_p: float = 1.0
+    """nucleus sampling threshold"""
+    top_k: int = -1
+    """top-k sampling; -1 = off"""
+    do_sample: bool = False
+    """sample (True) or decode greedily (False)"""
+
+
+@dataclass
+class RolloutConfig:
+    """``actor_rollout_ref.rollout``: response generation."""
+
+    name: str = "hf"
+    """generation engine: hf | vllm | sglang"""
+    n: int = 1
+    """responses sampled per prompt (the GRPO group size)"""
+    temperature: float = 1.0
+    """sampling temperature"""
+    top_p: float = 1.0
+    """nucleus sampling threshold"""
+    top_k: int = -1
+    """top-k sampling; -1 = off"""
+    do_sample: bool = True
+    """sample (True) or decode greedily (False)"""
+    log_prob_micro_batch_size_per_gpu: Optional[int] = None
+    """samples per forward pass when recomputing old log-probs; None = whole batch"""
+    calculate_log_probs: bool = False
+    """return the engine's own log-probs with each response"""
+    micro_batch_size: Optional[int] = None
+    """generation chunk size in prompts; None = the whole batch at once"""
+    tensor_model_parallel_size: int = 1
+    """tensor parallel size of the inference engine"""
+    gpu_memory_utilization: float = 0.5
+    """fraction of GPU memory the inference engine may take"""
+    max_num_seqs: int = 256
+    """maximum concurrent sequences in the inference engine"""
+    val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
+    """sampling used for validation"""
+
+
+@dataclass
+class RefConfig:
+    """``actor_rollout_ref.ref``: the frozen reference policy."""
+
+    log_prob_micro_batch_size_per_gpu: Optional[int] = None
+    """samples per forward pass when computing reference log-probs; None = whole batch"""
+
+
+@dataclass
+class ActorRolloutRefConfig:
+    """``actor_rollout_ref``: the hybrid worker holding actor, rollout and reference."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """model shared by actor, rollout and reference"""
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    """policy update"""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """response generation"""
+    ref: RefConfig = field(default_factory=RefConfig)
+    """reference policy"""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# algorithm, reward
+# --------------------------------------------------------------------------------------------------------------
+@dataclass
+class KLControlConfig:
+    """``algorithm.kl_ctrl``: controller for the in-reward KL penalty."""
+
+    type: str = "fixed"
+    """controller type: fixed | adaptive"""
+    kl_coef: float = 0.001
+    """(initial) KL coefficient"""
+    horizon: int = 10000
+    """adaptive controller horizon"""
+    target_kl: float = 0.1
+    """adaptive controller target KL"""
+
+
+@dataclass
+class AlgorithmConfig:
+    """``algorithm``: advantage estimation and reward shaping."""
+
+    adv_estimator: str = "grpo"
+    """advantage estimator: grpo | gae | rloo | reinforce_plus_plus | remax | ..."""
+    gamma: float = 1.0
+    """discount factor"""
+    lam: float = 1.0
+    """GAE lambda"""
+    norm_adv_by_std_in_grpo: bool = True
+    """divide GRPO advantages by the group std (False = Dr. GRPO)"""
+    use_kl_in_reward: bool = False
+    """subtract a KL penalty from the token rewards"""
+    kl_penalty: str = "kl"
+    """KL estimator for the in-reward penalty: kl | abs | mse | low_var_kl | full"""
+    kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+    """KL coefficient controller"""
+
+
+@dataclass
+class CustomRewardFunctionConfig:
+    """``custom_reward_function``: a user-supplied scoring function."""
+
+    path: Optional[str] = None
+    """python file defining the function; None = built-in scorers chosen by data_source"""
+    name: str = "compute_score"
+    """function name inside that file"""
+
+
+@dataclass
+class RewardModelConfig:
+    """``reward_model``: how rewards are computed."""
+
+    reward_manager: str = "naive"
+    """reward manager: naive"""
+    num_examine: int = 0
+    """decoded samples per batch to print for inspection"""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# trainer, prepare
+# --------------------------------------------------------------------------------------------------------------
+@dataclass
+class TrainerSection:
+    """``trainer``: the RL loop, logging and checkpoints."""
+
+    project_name: str = "verl"
+    """project name (logging, output directory)"""
+    experiment_name: str = "default"
+    """experiment name (logging, output directory)"""
+    total_epochs: int = 1
+    """passes over the training set (ignored when total_training_steps is set)"""
+    total_training_steps: Optional[int] = None
+    """RL steps to run; None = total_epochs worth of steps"""
+    test_freq: int = -1
+    """validate every this many RL steps; -1 = never (except val_before_train)"""
+    save_freq: int = -1
+    """checkpoint every this many RL steps; -1 = only at the end"""
+    default_local_dir: str = "outputs/${trainer.project_name}/${trainer.experiment_name}"
+    """output directory for checkpoints and logs"""
+    logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])
+    """metric sinks: console | jsonl | tensorboard | wandb"""
+    seed: int = 1
+    """global random seed"""
+    val_before_train: bool = True
+    """validate once before the first RL step"""
+    val_only: bool = False
+    """validate and exit without training"""
+    nnodes: int = 1
+    """number of nodes"""
+    n_gpus_per_node: int = 1
+    """devices per node"""
+    device: str = "cpu"
+    """device type: cpu | cuda | auto"""
+    critic_warmup: int = 0
+    """RL steps that train only the critic before the actor starts updating"""
+    torch_threads: Optional[int] = None
+    """torch intra-op CPU threads; None = torch default"""
+
+
+@dataclass
+class PrepareConfig:
+    """``prepare`` (not in verl): how ``verl run`` creates missing inputs for the default recipe."""
+
+    enable: bool = True
+    """create missing data files and model before training"""
+    task: Optional[str] = None
+    """built-in task (e.g. arithmetic) that writes data.train_files/val_files when they are missing"""
+    task_kwargs: dict[str, Any] = field(default_factory=dict)
+    """free-form keyword arguments for the task builder"""
+    tiny_model: dict[str, Any] = field(default_factory=dict)
+    """free-form keyword arguments for the tiny-model factory, used when model.path is missing"""
+    sft: dict[str, Any] = field(default_factory=dict)
+    """free-form SFT settings for the warm start (leaf names or dotted SFTConfig keys, see ``sft_overrides``)"""
+
+
+@dataclass
+class TrainerConfig:
+    """Top-level config of ``verl run`` (PPO/GRPO-family RL training)."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    """prompt data"""
+    actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
+    """policy model, its update, generation and the reference policy"""
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    """advantage estimation and KL shaping"""
+    custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
+    """optional user scoring function"""
+    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    """reward computation"""
+    trainer: TrainerSection = field(default_factory=TrainerSection)
+    """loop, logging and checkpoints"""
+    prepare: PrepareConfig = field(default_factory=PrepareConfig)
+    """creation of missing inputs (ours, not verl)"""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# SFT (``verl sft``)
+# --------------------------------------------------------------------------------------------------------------
+@dataclass
+class SFTDataConfig:
+    """``data`` of the SFT config: prompt/response pairs."""
+
+    train_files: Any = None
+    """training parquet file(s): a path or a list of paths"""
+    val_files: Any = None
+    """validation parquet file(s): a path or a list of paths"""
+    prompt_key: str = "prompt"
+    """column holding the prompt"""
+    response_key: str = "reward_model.ground_truth"
+    """column holding the target response; dots index into nested row fields"""
+    max_length: int = 128
+    """maximum prompt + response length in tokens"""
+    train_batch_size: int = 64
+    """sequences per optimizer step"""
+    truncation: str = "error"
+    """what to do with longer sequences: error | left | right"""
+
+
+@dataclass
+class SFTModelConfig:
+    """``model`` of the SFT config."""
+
+    path: str = ""
+    """model directory or hub id (required; checked at load)"""
+    tokenizer_path: Optional[str] = None
+    """tokenizer directory or hub id; None = same as path"""
+    torch_dtype: str = "float32"
+    """parameter dtype: float32 | bfloat16 | float16"""
+    attn_implementation: str = "sdpa"
+    """transformers attention backend: sdpa | eager | flash_attention_2"""
+    trust_remote_code: bool = False
+    """allow custom modelling code shipped with the checkpoint"""
+
+
+@dataclass
+class SFTOptimConfig(OptimConfig):
+    """``optim`` of the SFT config: OptimConfig plus gradient clipping (verl's SFT keeps clipping in optim)."""
+
+    lr: float = 1e-5
+    """peak learning rate"""
+    grad_clip: float = 1.0
+    """max global gradient norm"""
+
+
+@dataclass
+class SFTTrainerSection:
+    """``trainer`` of the SFT config."""
+
+    total_training_steps: Optional[int] = None
+    """optimizer steps to run; None = total_epochs worth of steps"""
+    total_epochs: int = 1
+    """passes over the training set (ignored when total_training_steps is set)"""
+    seed: int = 1
+    """random seed"""
+    default_local_dir: str = "outputs/sft"
+    """output directory for the fine-tuned model and logs"""
+    logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])
+    """metric sinks: console | jsonl | tensorboard | wandb"""
+    test_freq: int = -1
+    """validate every this many steps; -1 = never"""
+    torch_threads: Optional[int] = None
+    """torch intra-op CPU threads; None = torch default"""
+
+
+@dataclass
+class SFTConfig:
+    """Top-level config of ``verl sft`` (supervised fine-tuning, also the warm start of the default recipe)."""
+
+    data: SFTDataConfig = field(default_factory=SFTDataConfig)
+    """prompt/response data"""
+    model: SFTModelConfig = field(default_factory=SFTModelConfig)
+    """model to fine-tune"""
+    optim: SFTOptimConfig = field(default_factory=SFTOptimConfig)
+    """optimizer, schedule and gradient clipping"""
+    trainer: SFTTrainerSection = field(default_factory=SFTTrainerSection)
+    """loop, logging and output"""

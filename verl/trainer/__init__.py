@@ -1,0 +1,1 @@
+"""Trainers: the RL loop and the supervised warm start."""

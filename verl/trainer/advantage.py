@@ -1,0 +1,40 @@
+"""Driver-side steps between scoring and the update: KL in the reward, then the advantage estimator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verl.algorithms import get_adv_estimator_fn, kl_penalty, masked_mean
+from verl.protocol import DataProto
+
+
+def apply_kl_penalty(data: DataProto, kl_ctrl: Any, kl_penalty_type: str = "kl") -> dict[str, float]:
+    """token_level_rewards = token_level_scores − β·KL(π_old‖π_ref) per token; β from the KL controller.
+
+    Writes ``token_level_rewards`` into ``data`` and updates the controller with the batch's KL.
+    """
+    mask = data.batch["response_mask"]
+    kl = kl_penalty(data.batch["old_log_probs"], data.batch["ref_log_prob"], kl_penalty_type) * mask
+    beta = kl_ctrl.value
+    data.batch["token_level_rewards"] = data.batch["token_level_scores"] - beta * kl
+    current_kl = masked_mean(kl, mask, dim=-1).mean().item()
+    kl_ctrl.update(current_kl=current_kl, n_steps=len(data))
+    return {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}
+
+
+def compute_advantage(data: DataProto, algorithm: Any) -> DataProto:
+    """Run the estimator named by ``algorithm.adv_estimator``; adds ``advantages`` and ``returns``."""
+    estimator = get_adv_estimator_fn(algorithm.adv_estimator)
+    advantages, returns = estimator(
+        token_level_rewards=data.batch["token_level_rewards"],
+        response_mask=data.batch["response_mask"],
+        index=data.non_tensor_batch["uid"],
+        values=data.batch.get("values"),
+        gamma=algorithm.gamma,
+        lam=algorithm.lam,
+        norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
+        config=algorithm,
+    )
+    data.batch["advantages"] = advantages
+    data.batch["returns"] = returns
+    return data

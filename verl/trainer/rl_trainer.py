@@ -1,0 +1,207 @@
+"""The RL trainer: PPO-family post-training of a causal LM, one short step at a time.
+
+One step (``train_step``), in verl's order:
+  1. take a batch of prompts and repeat each ``rollout.n`` times (one group per prompt);
+  2. gen: sample responses with the current policy;
+  3. reward: score each response (rule functions chosen by ``data_source``);
+  4. old_log_prob: log-probs of the responses under the policy that sampled them;
+  5. ref: log-probs under the frozen reference (only when a KL term is on);
+  6. adv: KL penalty in the reward (optional), then the advantage estimator;
+  7. update_actor: clipped policy-gradient epochs over mini-batches.
+Greedy validation on the held-out split runs every ``trainer.test_freq`` steps and at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl.algorithms import get_kl_controller, masked_mean
+from verl.config import derive_sizes
+from verl.data import EpochSampler, RLDataset, collate_rl, iterate_batches
+from verl.protocol import DataProto
+from verl.trainer.advantage import apply_kl_penalty, compute_advantage
+from verl.trainer.metrics import compute_data_metrics, compute_throughput_metrics, compute_validation_metrics
+from verl.utils.seeding import configure_torch_threads, set_seed
+from verl.utils.timing import marked_timer
+from verl.utils.tracking import Tracking
+from verl.workers.reward import load_reward_manager
+from verl.workers.roles import ActorRolloutRefWorker
+
+logger = logging.getLogger(__name__)
+
+PROMPT_KEYS = ["input_ids", "attention_mask", "position_ids"]
+
+
+class RLTrainer:
+    """Builds the datasets and workers from a config, then ``fit()`` runs the RL loop."""
+
+    def __init__(self, config: Any, reward_fn: Any = None, val_reward_fn: Any = None) -> None:
+        self.config = config
+        self.sizes = derive_sizes(config)
+        configure_torch_threads(config.trainer.torch_threads)
+        set_seed(config.trainer.seed)
+        actor_cfg = config.actor_rollout_ref.actor
+        self.need_ref = config.algorithm.use_kl_in_reward or actor_cfg.use_kl_loss
+
+        # The tokenizer is loaded by the worker; the datasets need it too.
+        self.train_dataset = self.val_dataset = None
+        self.actor_rollout = None
+        self._build_datasets_and_workers()
+        self.tokenizer = self.actor_rollout.tokenizer
+        self.reward_fn = reward_fn or load_reward_manager(
+            config, self.tokenizer, config.reward_model.num_examine
+        )
+        self.val_reward_fn = val_reward_fn or load_reward_manager(config, self.tokenizer, 0)
+        self.kl_ctrl = (
+            get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
+        )
+        self.global_steps = 0
+
+    def _build_datasets_and_workers(self) -> None:
+        cfg = self.config
+        data = cfg.data
+        # Steps are known only once the dataset size is known; the LR schedule needs them.
+        from verl.models import load_tokenizer
+
+        model_cfg = cfg.actor_rollout_ref.model
+        tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path, model_cfg.trust_remote_code)
+        dataset_kwargs = dict(
+            tokenizer=tokenizer,
+            prompt_key=data.prompt_key,
+            max_prompt_length=data.max_prompt_length,
+            truncation=data.truncation,
+            filter_overlong_prompts=data.filter_overlong_prompts,
+        )
+        self.train_dataset = RLDataset(data.train_files, max_samples=data.train_max_samples, **dataset_kwargs)
+        if data.val_files:
+            self.val_dataset = RLDataset(data.val_files, max_samples=data.val_max_samples, **dataset_kwargs)
+        seed = data.seed if data.seed is not None else cfg.trainer.seed
+        self.sampler = EpochSampler(
+            len(self.train_dataset), data.train_batch_size, shuffle=data.shuffle, seed=seed
+        )
+        self.total_training_steps = (
+            cfg.trainer.total_training_steps or len(self.sampler) * cfg.trainer.total_epochs
+        )
+        self.actor_rollout = ActorRolloutRefWorker(cfg, self.total_training_steps, self.need_ref)
+
+    def _collate(self, items: list[dict]) -> DataProto:
+        return collate_rl(items, self.tokenizer.pad_token_id)
+
+    # ------------------------------------------------------------------ the loop
+
+    def fit(self) -> dict[str, Any]:
+        """Train for ``total_training_steps``; returns the validation metrics before and after."""
+        cfg = self.config.trainer
+        tracking = Tracking(
+            list(cfg.logger),
+            cfg.default_local_dir,
+            self.total_training_steps,
+            cfg.project_name,
+            cfg.experiment_name,
+        )
+        tracking.write(self.sizes.describe())
+        summary: dict[str, Any] = {
+            "val_before": {},
+            "val_after": {},
+            "metrics_path": str(tracking.metrics_path),
+        }
+        if cfg.val_before_train and self.val_dataset is not None:
+            summary["val_before"] = self.validate()
+            tracking.log(summary["val_before"], step=0)
+            if cfg.val_only:
+                tracking.close()
+                return summary
+        batches = iterate_batches(self.train_dataset, self.sampler, self._collate, num_epochs=None)
+        start = time.perf_counter()
+        metrics: dict[str, float] = {}
+        for step in range(1, self.total_training_steps + 1):
+            self.global_steps = step
+            metrics = self.train_step(next(batches))
+            is_last = step == self.total_training_steps
+            if self.val_dataset is not None and (
+                (cfg.test_freq > 0 and step % cfg.test_freq == 0) or is_last
+            ):
+                with marked_timer("testing", timing := {}):
+                    val_metrics = self.validate()
+                metrics.update(val_metrics)
+                metrics["timing_s/testing"] = timing["testing"]
+                summary["val_after"] = val_metrics
+            tracking.log(metrics, step)
+        summary["train_seconds"] = time.perf_counter() - start
+        summary["last_metrics"] = metrics
+        tracking.close()
+        return summary
+
+    def train_step(self, batch: DataProto) -> dict[str, float]:
+        """One RL step on a batch of prompts; returns its metrics."""
+        algo = self.config.algorithm
+        n = self.config.actor_rollout_ref.rollout.n
+        timing: dict[str, float] = {}
+        metrics: dict[str, float] = {}
+        with marked_timer("step", timing):
+            # One uid per prompt: the n responses to it form one group for the advantage baseline.
+            batch.non_tensor_batch["uid"] = np.array(
+                [f"{self.global_steps}-{i}" for i in range(len(batch))], dtype=object
+            )
+            batch = batch.repeat(n, interleave=True)
+            prompts = batch.pop(batch_keys=PROMPT_KEYS)
+            with marked_timer("gen", timing):
+                batch = batch.union(self.actor_rollout.generate_sequences(prompts))
+
+            with marked_timer("reward", timing):
+                reward = self.reward_fn(batch, return_dict=True)
+                batch.batch["token_level_scores"] = reward["reward_tensor"]
+
+            with marked_timer("old_log_prob", timing):
+                old = self.actor_rollout.compute_log_prob(batch)
+                entropys = old.pop(batch_keys=["entropys"]).batch["entropys"]
+                metrics["actor/entropy"] = masked_mean(entropys, batch.batch["response_mask"]).item()
+                batch = batch.union(old)
+
+            if self.need_ref:
+                with marked_timer("ref", timing):
+                    batch = batch.union(self.actor_rollout.compute_ref_log_prob(batch))
+
+            with marked_timer("adv", timing):
+                if algo.use_kl_in_reward:
+                    metrics.update(apply_kl_penalty(batch, self.kl_ctrl, algo.kl_penalty))
+                else:
+                    batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+                batch = compute_advantage(batch, algo)
+
+            with marked_timer("update_actor", timing):
+                batch.meta_info["sizes"] = self.sizes
+                metrics.update(self.actor_rollout.update_actor(batch).meta_info["metrics"])
+
+        metrics.update(compute_data_metrics(batch, self.config.data.max_response_length))
+        metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
+        metrics.update(compute_throughput_metrics(batch, timing["step"], n_devices=1))
+        metrics["training/global_step"] = self.global_steps
+        return metrics
+
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        """Greedy (``rollout.val_kwargs``) generation on the whole validation set, scored by the reward."""
+        val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
+        batch_size = self.config.data.val_batch_size or len(self.val_dataset)
+        sources, scores = [], []
+        extra: dict[str, list] = {}
+        for start in range(0, len(self.val_dataset), batch_size):
+            items = [
+                self.val_dataset[i] for i in range(start, min(start + batch_size, len(self.val_dataset)))
+            ]
+            batch = self._collate(items).repeat(val_kwargs.n, interleave=True)
+            prompts = batch.pop(batch_keys=PROMPT_KEYS)
+            prompts.meta_info["validate"] = True
+            batch = batch.union(self.actor_rollout.generate_sequences(prompts))
+            reward = self.val_reward_fn(batch, return_dict=True)
+            scores += reward["reward_tensor"].sum(-1).tolist()
+            sources += list(batch.non_tensor_batch[self.config.data.reward_fn_key])
+            for key, values in reward["reward_extra_info"].items():
+                extra.setdefault(key, []).extend(values)
+        return compute_validation_metrics(sources, scores, extra, n=val_kwargs.n)

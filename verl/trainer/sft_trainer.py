@@ -1,0 +1,90 @@
+"""Supervised fine-tuning: teach a model the task's answers before RL (the warm start).
+
+Cross-entropy on the response tokens only (prompt tokens are context, not targets). The
+held-out split is never read here: only ``data.train_files`` is trained on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from verl.data import EpochSampler, SFTDataset, collate_sft, iterate_batches
+from verl.models import load_hf_model, load_tokenizer
+from verl.utils.seeding import configure_torch_threads, set_seed
+from verl.utils.tracking import Tracking
+from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
+
+logger = logging.getLogger(__name__)
+
+
+def sft_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean next-token cross-entropy over the tokens whose ``loss_mask`` is 1."""
+    logits = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        position_ids=batch["position_ids"],
+        use_cache=False,
+    ).logits
+    # Token t is predicted from the logits at t-1.
+    targets = batch["input_ids"][:, 1:]
+    mask = batch["loss_mask"][:, 1:].float()
+    losses = F.cross_entropy(logits[:, :-1].float().transpose(1, 2), targets, reduction="none")
+    return (losses * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+def run_sft(config: Any) -> Path:
+    """Train ``config.model.path`` on ``config.data.train_files``; save an HF dir to ``trainer.default_local_dir``."""
+    trainer_cfg = config.trainer
+    configure_torch_threads(trainer_cfg.torch_threads)
+    set_seed(trainer_cfg.seed)
+    tokenizer = load_tokenizer(
+        config.model.tokenizer_path or config.model.path, config.model.trust_remote_code
+    )
+    model = load_hf_model(
+        config.model.path,
+        torch_dtype=config.model.torch_dtype,
+        attn_implementation=config.model.attn_implementation,
+        trust_remote_code=config.model.trust_remote_code,
+    )
+    dataset = SFTDataset(
+        config.data.train_files,
+        tokenizer,
+        prompt_key=config.data.prompt_key,
+        response_key=config.data.response_key,
+        max_length=config.data.max_length,
+        truncation=config.data.truncation,
+    )
+    sampler = EpochSampler(len(dataset), config.data.train_batch_size, shuffle=True, seed=trainer_cfg.seed)
+    total_steps = trainer_cfg.total_training_steps or len(sampler) * trainer_cfg.total_epochs
+    optimizer = build_optimizer(model.parameters(), config.optim)
+    scheduler = build_lr_scheduler(optimizer, config.optim, total_steps)
+    out_dir = Path(trainer_cfg.default_local_dir).expanduser()
+    tracking = Tracking(list(trainer_cfg.logger), out_dir, total_steps, experiment_name="sft")
+    batches = iterate_batches(
+        dataset, sampler, lambda items: collate_sft(items, tokenizer.pad_token_id), num_epochs=None
+    )
+    model.train()
+    start = time.perf_counter()
+    for step in range(1, total_steps + 1):
+        batch = next(batches)
+        loss = sft_loss(model, batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip)
+        optimizer.step()
+        lr = scheduler.get_last_lr()[0]
+        scheduler.step()
+        tracking.log({"train/loss": loss.item(), "train/grad_norm": grad_norm.item(), "train/lr": lr}, step)
+    tracking.write(
+        f"SFT: {total_steps} steps in {time.perf_counter() - start:.0f}s, final loss {loss.item():.4f}"
+    )
+    tracking.close()
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir

@@ -1,0 +1,178 @@
+"""The actor: log-probabilities of responses and the policy update (mini-batches, micro-batches, clipping).
+
+Single-process data parallelism of one; the distributed engines wrap the same module.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from verl.algorithms import agg_loss, get_policy_loss_fn, kl_penalty
+from verl.protocol import DataProto
+
+
+def logprobs_and_entropy(
+    logits: torch.Tensor, labels: torch.Tensor, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log p(label) per position, and the entropy of the distribution when asked for."""
+    log_probs = F.log_softmax(logits.float(), dim=-1)
+    token_log_probs = log_probs.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    entropy = None
+    if with_entropy:
+        entropy = -(log_probs.exp() * log_probs).sum(-1)
+    return token_log_probs, entropy
+
+
+def response_logprobs(
+    model: torch.nn.Module, micro: DataProto, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Forward the full sequences and score the response tokens (logits divided by the sampling temperature)."""
+    responses = micro.batch["responses"]
+    response_length = responses.shape[1]
+    logits = model(
+        input_ids=micro.batch["input_ids"],
+        attention_mask=micro.batch["attention_mask"],
+        position_ids=micro.batch["position_ids"],
+        use_cache=False,
+    ).logits
+    # The logit at position t predicts token t+1: the response is predicted by the positions just before it.
+    logits = logits[:, -response_length - 1 : -1, :]
+    if temperature != 1.0:
+        logits = logits / temperature
+    return logprobs_and_entropy(logits, responses, with_entropy)
+
+
+class Actor:
+    """Computes log-probs and updates the policy from a batch with advantages."""
+
+    def __init__(self, model: torch.nn.Module, config: Any, optimizer=None, lr_scheduler=None) -> None:
+        self.model = model
+        self.config = config
+        self.optimizer = optimizer
+        self.lr_scheduler = lr_scheduler
+        self.policy_loss_fn = get_policy_loss_fn(config.policy_loss.loss_mode)
+
+    @torch.no_grad()
+    def compute_log_prob(
+        self, data: DataProto, micro_batch_size: int | None, temperature: float, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        was_training = self.model.training
+        self.model.eval()
+        log_probs, entropies = [], []
+        for micro in data.split(micro_batch_size) if micro_batch_size else [data]:
+            lp, ent = response_logprobs(self.model, micro, temperature, with_entropy)
+            log_probs.append(lp)
+            entropies.append(ent)
+        self.model.train(was_training)
+        entropy = torch.cat(entropies) if with_entropy else None
+        return torch.cat(log_probs), entropy
+
+    def update_policy(
+        self, data: DataProto, mini_batch_size: int, micro_batch_size: int, temperature: float
+    ) -> dict:
+        """PPO-style update: ``ppo_epochs`` passes over mini-batches, each accumulated over micro-batches.
+
+        The loss of each micro-batch is normalised by the token / sequence counts of its whole
+        mini-batch, so the accumulated gradient equals that of the mini-batch in one piece.
+        """
+        cfg = self.config
+        self.model.train()
+        metrics: dict[str, list[float]] = defaultdict(list)
+        keys = [
+            "responses",
+            "input_ids",
+            "attention_mask",
+            "position_ids",
+            "response_mask",
+            "old_log_probs",
+            "advantages",
+        ]
+        if cfg.use_kl_loss:
+            keys.append("ref_log_prob")
+        data = data.select(batch_keys=keys)
+        use_entropy = cfg.entropy_coeff != 0
+        # The shuffle seed is drawn from torch's global generator, so a seeded run reshuffles reproducibly.
+        seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
+        for mini in data.make_iterator(
+            mini_batch_size, epochs=cfg.ppo_epochs, seed=seed, shuffle=cfg.shuffle
+        ):
+            self.optimizer.zero_grad(set_to_none=True)
+            mask = mini.batch["response_mask"]
+            loss_cfg = _LossConfig(cfg, global_num_tokens=mask.sum().item(), global_num_seqs=len(mini))
+            mini_metrics: dict[str, float] = defaultdict(float)
+            for micro in mini.split(micro_batch_size):
+                self._micro_step(micro, loss_cfg, temperature, use_entropy, mini_metrics)
+            for k, v in mini_metrics.items():
+                metrics[k].append(v)
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm=cfg.grad_clip)
+            if math.isfinite(grad_norm.item()):
+                self.optimizer.step()
+            else:
+                # A non-finite gradient would poison the weights: skip the step and count it.
+                metrics["actor/skipped_steps"].append(1.0)
+                self.optimizer.zero_grad(set_to_none=True)
+            metrics["actor/grad_norm"].append(grad_norm.item())
+        if self.lr_scheduler is not None:
+            metrics["actor/lr"].append(self.lr_scheduler.get_last_lr()[0])
+            self.lr_scheduler.step()
+        return {k: float(sum(v) / len(v)) for k, v in metrics.items()}
+
+    def _micro_step(
+        self, micro: DataProto, loss_cfg: Any, temperature: float, use_entropy: bool, metrics
+    ) -> None:
+        """Forward + backward one micro-batch; adds its share of each mini-batch metric into ``metrics``."""
+        cfg = self.config
+        mask = micro.batch["response_mask"]
+        share = mask.sum().item() / max(loss_cfg.global_num_tokens, 1)
+        log_prob, entropy = response_logprobs(self.model, micro, temperature, with_entropy=use_entropy)
+        pg_loss, pg_metrics = self.policy_loss_fn(
+            old_log_prob=micro.batch["old_log_probs"],
+            log_prob=log_prob,
+            advantages=micro.batch["advantages"],
+            response_mask=mask,
+            loss_agg_mode=cfg.loss_agg_mode,
+            config=loss_cfg,
+            rollout_is_weights=None,
+        )
+        loss = pg_loss
+        agg = {"loss_agg_mode": cfg.loss_agg_mode, **loss_cfg.agg_kwargs()}
+        if use_entropy:
+            entropy_loss = agg_loss(entropy, mask, **agg)
+            loss = loss - cfg.entropy_coeff * entropy_loss
+            metrics["actor/entropy_loss"] += entropy_loss.item()
+        if cfg.use_kl_loss:
+            kl = kl_penalty(log_prob, micro.batch["ref_log_prob"], cfg.kl_loss_type)
+            kl_loss = agg_loss(kl, mask, **agg)
+            loss = loss + cfg.kl_loss_coef * kl_loss
+            metrics["actor/kl_loss"] += kl_loss.item()
+            metrics["actor/kl_coef"] = cfg.kl_loss_coef
+        loss.backward()
+        # Losses are already normalised by mini-batch counts, so their micro-batch values add up; the
+        # per-token means of the loss function are weighted by this micro-batch's share of the tokens.
+        metrics["actor/pg_loss"] += pg_loss.item()
+        for k, v in pg_metrics.items():
+            metrics[k] += v * share
+
+
+class _LossConfig:
+    """The actor config seen by a policy loss, plus the mini-batch counts for micro-batch-invariant aggregation."""
+
+    def __init__(self, actor_cfg: Any, global_num_tokens: float, global_num_seqs: int) -> None:
+        self._cfg = actor_cfg
+        self.global_num_tokens = global_num_tokens
+        self.global_num_seqs = global_num_seqs
+
+    def __getattr__(self, key: str) -> Any:
+        return getattr(self._cfg, key)
+
+    def agg_kwargs(self) -> dict[str, Any]:
+        return {
+            "loss_scale_factor": self._cfg.loss_scale_factor,
+            "global_num_tokens": self.global_num_tokens,
+            "global_num_seqs": self.global_num_seqs,
+        }

@@ -1,0 +1,50 @@
+"""Optimizer and learning-rate schedule, shared by the actor, the critic and SFT."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+
+def build_optimizer(params: Iterable[torch.nn.Parameter], optim: Any) -> torch.optim.Optimizer:
+    """AdamW from an ``optim`` config section (lr, weight_decay, betas)."""
+    betas = tuple(getattr(optim, "betas", (0.9, 0.999)))
+    return torch.optim.AdamW(
+        params, lr=optim.lr, weight_decay=getattr(optim, "weight_decay", 0.0), betas=betas, foreach=False
+    )
+
+
+def num_warmup_steps(optim: Any, total_steps: int) -> int:
+    """``lr_warmup_steps`` when set (>= 0), otherwise ``lr_warmup_steps_ratio`` of the total, as in verl."""
+    steps = getattr(optim, "lr_warmup_steps", -1)
+    if steps is not None and steps >= 0:
+        return int(steps)
+    return int(getattr(optim, "lr_warmup_steps_ratio", 0.0) * total_steps)
+
+
+def lr_multiplier(
+    step: int, warmup_steps: int, total_steps: int, schedule: str, min_lr_ratio: float
+) -> float:
+    """Linear warm-up to 1, then constant or cosine decay to ``min_lr_ratio``."""
+    if warmup_steps > 0 and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if schedule == "constant":
+        return 1.0
+    if schedule == "cosine":
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    raise ValueError(f"unknown lr_scheduler_type {schedule!r}; choose constant or cosine")
+
+
+def build_lr_scheduler(
+    optimizer: torch.optim.Optimizer, optim: Any, total_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    warmup = num_warmup_steps(optim, total_steps)
+    schedule = getattr(optim, "lr_scheduler_type", "constant")
+    min_lr_ratio = getattr(optim, "min_lr_ratio", 0.0) or 0.0
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_multiplier(step, warmup, total_steps, schedule, min_lr_ratio)
+    )

@@ -1,0 +1,33 @@
+"""Rule-based rewards: scorers, the data_source dispatch, and reward managers."""
+
+from verl.workers.reward.manager import (
+    REWARD_MANAGERS,
+    NaiveRewardManager,
+    RewardFunctionError,
+    RewardSample,
+    ScoreResult,
+    get_custom_reward_fn,
+    get_reward_manager_cls,
+    load_custom_reward_function,
+    load_reward_manager,
+    register_reward_manager,
+    score_samples,
+)
+from verl.workers.reward.scorers import SCORERS, default_compute_score, register_scorer
+
+__all__ = [
+    "REWARD_MANAGERS",
+    "SCORERS",
+    "NaiveRewardManager",
+    "RewardFunctionError",
+    "RewardSample",
+    "ScoreResult",
+    "default_compute_score",
+    "get_custom_reward_fn",
+    "get_reward_manager_cls",
+    "load_custom_reward_function",
+    "load_reward_manager",
+    "register_reward_manager",
+    "register_scorer",
+    "score_samples",
+]

@@ -1,0 +1,71 @@
+"""Rule-based scorers and the data_source -> scorer dispatch used by the reward managers.
+
+Every registered scorer has the signature ``fn(solution_str, ground_truth, extra_info=None)`` and
+returns a float or a dict with a ``"score"`` key (extra keys become per-sample metrics).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from verl.workers.reward.scorers import arithmetic, gsm8k
+
+ScoreFn = Callable[..., "float | dict[str, Any]"]
+
+SCORERS: dict[str, ScoreFn] = {}
+
+
+def register_scorer(name: str, *, overwrite: bool = False) -> Callable[[ScoreFn], ScoreFn]:
+    """Decorator registering ``fn(solution_str, ground_truth, extra_info=None)`` under a data_source.
+
+    Re-registering a name raises unless ``overwrite=True`` so two tasks cannot silently share a
+    data_source by accident.
+    """
+
+    def decorator(fn: ScoreFn) -> ScoreFn:
+        if name in SCORERS and not overwrite:
+            raise ValueError(f"a scorer is already registered for data_source {name!r}")
+        SCORERS[name] = fn
+        return fn
+
+    return decorator
+
+
+@register_scorer("arithmetic")
+def _arithmetic(solution_str: str, ground_truth: Any, extra_info: Any = None) -> float:
+    return arithmetic.compute_score(solution_str, ground_truth, extra_info=extra_info)
+
+
+def _gsm8k(solution_str: str, ground_truth: Any, extra_info: Any = None) -> float:
+    return gsm8k.compute_score(solution_str, ground_truth, method="strict")
+
+
+register_scorer("openai/gsm8k")(_gsm8k)
+register_scorer("gsm8k")(_gsm8k)
+
+
+def default_compute_score(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None
+) -> float | dict[str, Any]:
+    """Score one response with the scorer registered for ``data_source``.
+
+    Unknown sources raise ``NotImplementedError`` (listing the known names) rather than scoring 0,
+    because a silent zero reward looks exactly like a model that is failing to learn.
+    """
+    try:
+        fn = SCORERS[data_source]
+    except (KeyError, TypeError):
+        known = ", ".join(sorted(SCORERS))
+        raise NotImplementedError(
+            f"no reward scorer for data_source {data_source!r}; known: {known}. "
+            "Register one with verl.workers.reward.register_scorer(name) or set "
+            "custom_reward_function.path."
+        ) from None
+    result = fn(solution_str, ground_truth, extra_info=extra_info)
+    if isinstance(result, dict):
+        return result
+    return float(result)
+
+
+__all__ = ["SCORERS", "ScoreFn", "arithmetic", "default_compute_score", "gsm8k", "register_scorer"]

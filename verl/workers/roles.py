@@ -1,0 +1,106 @@
+"""Role workers: thin classes that wire models, engines and the actor together.
+
+``ActorRolloutRefWorker`` is the hybrid engine: one worker holding the actor (trained), the
+rollout (generates with the actor's own weights, so there is nothing to synchronise) and,
+when a KL term needs it, a frozen reference copy.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from verl.models import load_hf_model, load_tokenizer
+from verl.protocol import DataProto
+from verl.workers.actor import Actor
+from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
+from verl.workers.rollout import SamplingParams, get_rollout_class
+
+
+def eos_token_ids(tokenizer: Any, model: torch.nn.Module) -> list[int]:
+    """Every id that ends a response: the tokenizer's EOS and the model's generation_config EOS ids."""
+    ids = {tokenizer.eos_token_id}
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
+    return sorted(i for i in ids if i is not None)
+
+
+class ActorRolloutRefWorker:
+    """Actor + rollout + reference for one data-parallel rank."""
+
+    def __init__(self, config: Any, total_training_steps: int, need_ref: bool) -> None:
+        self.config = config
+        arr = config.actor_rollout_ref
+        model_cfg = arr.model
+        self.tokenizer = load_tokenizer(
+            model_cfg.tokenizer_path or model_cfg.path, model_cfg.trust_remote_code
+        )
+        self.module = load_hf_model(
+            model_cfg.path,
+            torch_dtype=model_cfg.torch_dtype,
+            attn_implementation=model_cfg.attn_implementation,
+            trust_remote_code=model_cfg.trust_remote_code,
+        )
+        if model_cfg.enable_gradient_checkpointing:
+            self.module.gradient_checkpointing_enable()
+        optimizer = build_optimizer(self.module.parameters(), arr.actor.optim)
+        lr_scheduler = build_lr_scheduler(optimizer, arr.actor.optim, total_training_steps)
+        self.actor = Actor(self.module, arr.actor, optimizer, lr_scheduler)
+
+        self.eos_token_ids = eos_token_ids(self.tokenizer, self.module)
+        rollout_cls = get_rollout_class(arr.rollout.name)
+        self.rollout = rollout_cls(
+            self.module, self.eos_token_ids, self.tokenizer.pad_token_id, arr.rollout.micro_batch_size
+        )
+        self.ref_module = None
+        if need_ref:
+            # The reference starts from the same weights and never trains: a deep copy saves a second load.
+            self.ref_module = copy.deepcopy(self.module).eval().requires_grad_(False)
+
+    def sampling_params(self, validate: bool) -> SamplingParams:
+        rollout_cfg = self.config.actor_rollout_ref.rollout
+        section = rollout_cfg.val_kwargs if validate else rollout_cfg
+        return SamplingParams.from_config(section, self.config.data.max_response_length)
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Sample responses; ``meta_info["validate"]`` switches to the greedy validation settings."""
+        sampling = self.sampling_params(bool(prompts.meta_info.get("validate", False)))
+        return self.rollout.generate_sequences(prompts, sampling)
+
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        """``old_log_probs`` (and ``entropys``) of the responses under the current policy."""
+        rollout_cfg = self.config.actor_rollout_ref.rollout
+        log_probs, entropy = self.actor.compute_log_prob(
+            data, rollout_cfg.log_prob_micro_batch_size_per_gpu, rollout_cfg.temperature, with_entropy=True
+        )
+        return DataProto.from_dict(tensors={"old_log_probs": log_probs, "entropys": entropy})
+
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        if self.ref_module is None:
+            raise RuntimeError(
+                "compute_ref_log_prob called but no reference model was built (no KL term is on)"
+            )
+        ref_actor = Actor(self.ref_module, self.config.actor_rollout_ref.actor)
+        log_probs, _ = ref_actor.compute_log_prob(
+            data,
+            self.config.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu,
+            self.config.actor_rollout_ref.rollout.temperature,
+        )
+        return DataProto.from_dict(tensors={"ref_log_prob": log_probs})
+
+    def update_actor(self, data: DataProto) -> DataProto:
+        sizes = data.meta_info["sizes"]
+        metrics = self.actor.update_policy(
+            data,
+            mini_batch_size=sizes.mini_batch_samples,
+            micro_batch_size=sizes.micro_batch_samples,
+            temperature=self.config.actor_rollout_ref.rollout.temperature,
+        )
+        return DataProto(meta_info={"metrics": metrics})
+
+    def save_hf(self, path: str) -> None:
+        """Write the current policy as a HuggingFace directory (weights, config, tokenizer)."""
+        self.module.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)

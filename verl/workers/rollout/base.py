@@ -1,0 +1,93 @@
+"""What every rollout engine shares: the registry and the layout of a generated batch.
+
+An engine takes a DataProto of left-padded prompts (``input_ids``, ``attention_mask``,
+``position_ids``) and returns one with ``prompts``, ``responses`` (right-padded to
+``response_length`` with the pad token), ``response_mask`` (1 up to and including the first EOS),
+and the full-sequence ``input_ids``, ``attention_mask``, ``position_ids`` the actor scores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from verl.protocol import DataProto
+
+ROLLOUT_REGISTRY: dict[str, Callable[..., Any]] = {}
+
+
+def register_rollout(name: str) -> Callable:
+    def decorator(cls: Callable) -> Callable:
+        ROLLOUT_REGISTRY[name] = cls
+        return cls
+
+    return decorator
+
+
+def get_rollout_class(name: str) -> Callable[..., Any]:
+    if name not in ROLLOUT_REGISTRY:
+        raise ValueError(
+            f"unknown actor_rollout_ref.rollout.name {name!r}; available: {sorted(ROLLOUT_REGISTRY)}"
+        )
+    return ROLLOUT_REGISTRY[name]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample: read from ``rollout`` (training) or ``rollout.val_kwargs`` (validation)."""
+
+    do_sample: bool = True
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_new_tokens: int = 32
+
+    @classmethod
+    def from_config(cls, section: Any, max_new_tokens: int) -> SamplingParams:
+        do_sample = bool(getattr(section, "do_sample", True)) and section.temperature > 0
+        return cls(
+            do_sample, float(section.temperature), float(section.top_p), int(section.top_k), max_new_tokens
+        )
+
+
+def response_mask_from_ids(responses: torch.Tensor, eos_token_ids: list[int]) -> torch.Tensor:
+    """1 on every token up to and including the first EOS of each row, 0 after it."""
+    is_eos = torch.isin(responses, torch.tensor(eos_token_ids, device=responses.device))
+    # The number of EOS tokens strictly before position t; a token is valid while that is 0.
+    eos_before = torch.cumsum(is_eos.long(), dim=1) - is_eos.long()
+    return (eos_before == 0).long()
+
+
+def assemble_rollout_output(
+    prompts: DataProto,
+    responses: torch.Tensor,
+    eos_token_ids: list[int],
+    pad_token_id: int,
+    response_length: int,
+) -> DataProto:
+    """Pad responses to ``response_length`` and build the full-sequence tensors the actor needs."""
+    batch_size = responses.shape[0]
+    if responses.shape[1] < response_length:
+        pad = responses.new_full((batch_size, response_length - responses.shape[1]), pad_token_id)
+        responses = torch.cat([responses, pad], dim=1)
+    responses = responses[:, :response_length]
+    response_mask = response_mask_from_ids(responses, eos_token_ids)
+    responses = torch.where(response_mask.bool(), responses, torch.full_like(responses, pad_token_id))
+
+    prompt_ids = prompts.batch["input_ids"]
+    prompt_mask = prompts.batch["attention_mask"]
+    attention_mask = torch.cat([prompt_mask, response_mask.to(prompt_mask.dtype)], dim=1)
+    position_ids = (torch.cumsum(attention_mask, dim=1) - 1).clamp_min(0)
+    return DataProto.from_dict(
+        tensors={
+            "prompts": prompt_ids,
+            "responses": responses,
+            "response_mask": response_mask,
+            "input_ids": torch.cat([prompt_ids, responses], dim=1),
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+        }
+    )
