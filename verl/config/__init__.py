@@ -1,19 +1,18 @@
-"""Configuration: typed schema (``schema.py``), recipes (``recipes/*.yaml``) and the loader (``loader.py``)."""
+"""Configuration: typed schema (``schema.py``), recipes (``recipes/*.yaml``), the loader (``loader.py``),
+value validation (``validation.py``) and derived batch sizes (``sizes.py``)."""
 
+from verl.config.errors import ConfigError
 from verl.config.loader import (
-    ConfigError,
-    DerivedSizes,
-    as_file_list,
-    derive_sizes,
     list_recipes,
     load_config,
     sft_overrides,
     suggest_key,
     to_container,
     to_yaml,
-    validate,
 )
 from verl.config.schema import SFTConfig, TrainerConfig
+from verl.config.sizes import DerivedSizes, derive_sizes
+from verl.config.validation import as_file_list, validate
 
 __all__ = [
     "ConfigError",

@@ -3,8 +3,8 @@
 ``load_config`` layers three sources, later ones winning: the schema defaults (``schema.py``), a recipe YAML
 (``verl/config/recipes/<name>.yaml`` or any file path) and ``key=value`` command-line overrides. Every key is
 checked against the schema before merging, so a typo fails fast with the nearest valid key; the result is
-resolved, validated and read-only. Sizes derived from the config (samples per step, gradient accumulation, ...)
-come from :func:`derive_sizes` and are never written back.
+resolved, validated (``validation.py``) and read-only. Sizes derived from the config (samples per step,
+gradient accumulation, ...) come from :func:`verl.config.sizes.derive_sizes` and are never written back.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import difflib
 import json
 import re
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -23,19 +23,12 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from verl.config.errors import ConfigError, short_repr
 from verl.config.schema import SFTConfig, TrainerConfig
+from verl.config.validation import validate
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 """directory holding the built-in recipes (``<name>.yaml``)"""
-
-TRUNCATION_MODES = ("error", "left", "right")
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-LR_SCHEDULERS = ("constant", "cosine")
-KL_CTRL_TYPES = ("fixed", "adaptive")
-
-
-class ConfigError(ValueError):
-    """A config problem: unknown key, wrong type, bad value, missing recipe or malformed override."""
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -230,14 +223,9 @@ def _check_keys(node: Any, schema: type, where: str, prefix: str = "") -> None:
                 )
         elif isinstance(value, Mapping) and not info.freeform and info.type_ is not Any:
             raise ConfigError(
-                f"{where}'{path}' expects {_type_name(info.type_)}, not a mapping (got {_short(value)}); "
+                f"{where}'{path}' expects {_type_name(info.type_)}, not a mapping (got {short_repr(value)}); "
                 f"'{path}' has no sub-keys"
             )
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -270,7 +258,7 @@ def _type_error(e: OmegaConfBaseException, plain: Mapping[str, Any], schema: typ
     flat = _flatten(plain)
     if info is None or path not in flat:
         return ConfigError(f"{where}'{full_key}': {first_line}")
-    return ConfigError(f"{where}'{path}' expects {_type_name(info.type_)}, got {_short(flat[path])}")
+    return ConfigError(f"{where}'{path}' expects {_type_name(info.type_)}, got {short_repr(flat[path])}")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -354,190 +342,6 @@ def load_config(
     OmegaConf.set_struct(cfg, True)
     OmegaConf.set_readonly(cfg, True)
     return cfg
-
-
-# --------------------------------------------------------------------------------------------------------------
-# validation
-# --------------------------------------------------------------------------------------------------------------
-def as_file_list(value: Any) -> list[str]:
-    """Normalise ``data.train_files``/``val_files`` (None, a path, or a list of paths) to a list of str."""
-    if value is None:
-        return []
-    if isinstance(value, (str, Path)):
-        return [str(value)]
-    if isinstance(value, (list, tuple, ListConfig)) and all(isinstance(v, (str, Path)) for v in value):
-        return [str(v) for v in value]
-    raise ConfigError(f"expected a file path or a list of file paths, got {_short(value)}")
-
-
-def _is_trainer(cfg: DictConfig) -> bool:
-    tp = OmegaConf.get_type(cfg)
-    if isinstance(tp, type) and issubclass(tp, TrainerConfig):
-        return True
-    return "actor_rollout_ref" in cfg
-
-
-def _choice(errors: list[str], key: str, value: Any, allowed: Iterable[str]) -> None:
-    allowed = tuple(allowed)
-    if value not in allowed:
-        errors.append(f"{key} must be one of {', '.join(allowed)}; got {value!r}")
-
-
-def _at_least(errors: list[str], key: str, value: Any, low: int) -> None:
-    if value is not None and value < low:
-        errors.append(f"{key} must be >= {low}; got {value}")
-
-
-def _files(errors: list[str], key: str, value: Any) -> None:
-    try:
-        as_file_list(value)
-    except ConfigError:
-        errors.append(f"{key} must be a file path or a list of file paths; got {_short(value)}")
-
-
-def _optim_errors(errors: list[str], prefix: str, optim: Any) -> None:
-    _choice(errors, f"{prefix}.lr_scheduler_type", optim.lr_scheduler_type, LR_SCHEDULERS)
-    if not 0.0 <= optim.lr_warmup_steps_ratio <= 1.0:
-        errors.append(f"{prefix}.lr_warmup_steps_ratio must be in [0, 1]; got {optim.lr_warmup_steps_ratio}")
-    if not 0.0 <= optim.min_lr_ratio <= 1.0:
-        errors.append(f"{prefix}.min_lr_ratio must be in [0, 1]; got {optim.min_lr_ratio}")
-    if len(optim.betas) != 2:
-        errors.append(f"{prefix}.betas must be two numbers [beta1, beta2]; got {list(optim.betas)}")
-
-
-def validate(cfg: DictConfig) -> None:
-    """Check value constraints of a TrainerConfig or SFTConfig; raise one ConfigError listing every problem."""
-    errors: list[str] = []
-    if _is_trainer(cfg):
-        data, arr = cfg.data, cfg.actor_rollout_ref
-        actor, rollout = arr.actor, arr.rollout
-        _files(errors, "data.train_files", data.train_files)
-        _files(errors, "data.val_files", data.val_files)
-        _choice(errors, "data.truncation", data.truncation, TRUNCATION_MODES)
-        _at_least(errors, "data.max_prompt_length", data.max_prompt_length, 1)
-        _at_least(errors, "data.max_response_length", data.max_response_length, 1)
-        _at_least(errors, "data.train_batch_size", data.train_batch_size, 1)
-        _at_least(errors, "data.val_batch_size", data.val_batch_size, 1)
-        if not str(arr.model.path).strip():
-            errors.append("actor_rollout_ref.model.path is required (a model directory or hub id); got ''")
-        _choice(errors, "actor_rollout_ref.actor.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
-        _at_least(errors, "actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size, 1)
-        _at_least(
-            errors,
-            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
-            actor.ppo_micro_batch_size_per_gpu,
-            1,
-        )
-        _at_least(errors, "actor_rollout_ref.actor.ppo_epochs", actor.ppo_epochs, 1)
-        _optim_errors(errors, "actor_rollout_ref.actor.optim", actor.optim)
-        _at_least(errors, "actor_rollout_ref.rollout.n", rollout.n, 1)
-        _at_least(errors, "actor_rollout_ref.rollout.val_kwargs.n", rollout.val_kwargs.n, 1)
-        _at_least(errors, "actor_rollout_ref.rollout.micro_batch_size", rollout.micro_batch_size, 1)
-        _choice(errors, "algorithm.kl_ctrl.type", cfg.algorithm.kl_ctrl.type, KL_CTRL_TYPES)
-        if (
-            data.train_batch_size >= 1
-            and actor.ppo_mini_batch_size >= 1
-            and data.train_batch_size % actor.ppo_mini_batch_size
-        ):
-            errors.append(
-                f"data.train_batch_size ({data.train_batch_size}) must be divisible by "
-                f"actor_rollout_ref.actor.ppo_mini_batch_size ({actor.ppo_mini_batch_size})"
-            )
-        if not errors:
-            try:
-                derive_sizes(cfg)
-            except ConfigError as e:
-                errors.append(str(e))
-    else:
-        data = cfg.data
-        _files(errors, "data.train_files", data.train_files)
-        _files(errors, "data.val_files", data.val_files)
-        _choice(errors, "data.truncation", data.truncation, TRUNCATION_MODES)
-        _at_least(errors, "data.max_length", data.max_length, 1)
-        _at_least(errors, "data.train_batch_size", data.train_batch_size, 1)
-        if not str(cfg.model.path).strip():
-            errors.append("model.path is required (a model directory or hub id); got ''")
-        _optim_errors(errors, "optim", cfg.optim)
-    if errors:
-        raise ConfigError("invalid config: " + "; ".join(errors))
-
-
-# --------------------------------------------------------------------------------------------------------------
-# derived sizes
-# --------------------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class DerivedSizes:
-    """Batch arithmetic of one RL step, derived once from a TrainerConfig and never written back into it."""
-
-    prompts_per_step: int
-    """data.train_batch_size"""
-    samples_per_step: int
-    """prompts_per_step * rollout.n"""
-    mini_batch_samples: int
-    """samples per optimizer step: ppo_mini_batch_size * rollout.n"""
-    micro_batch_samples: int
-    """samples per forward/backward pass: ppo_micro_batch_size_per_gpu, or the whole mini-batch"""
-    grad_accum_steps: int
-    """micro-batches per optimizer step: mini_batch_samples // micro_batch_samples"""
-    optimizer_steps_per_rl_step: int
-    """ppo_epochs * train_batch_size // ppo_mini_batch_size"""
-
-    def describe(self) -> str:
-        """Readable multi-line summary for logs."""
-        n = self.samples_per_step // self.prompts_per_step
-        mini_batches = self.samples_per_step // self.mini_batch_samples
-        epochs = self.optimizer_steps_per_rl_step // mini_batches
-
-        def plural(count: int, word: str, suffix: str = "s") -> str:
-            return f"{count} {word}{'' if count == 1 else suffix}"
-
-        return "\n".join(
-            [
-                "batch sizes per RL step:",
-                f"  prompts per step:            {self.prompts_per_step}",
-                f"  samples per step:            {self.samples_per_step} ({self.prompts_per_step} prompts x {n})",
-                f"  mini-batch:                  {self.mini_batch_samples} samples"
-                f" ({plural(mini_batches, 'mini-batch', 'es')} per epoch)",
-                f"  micro-batch:                 {self.micro_batch_samples} samples"
-                f" ({plural(self.grad_accum_steps, 'gradient-accumulation step')} per mini-batch)",
-                f"  optimizer steps per RL step: {self.optimizer_steps_per_rl_step}"
-                f" ({plural(epochs, 'epoch')} x {plural(mini_batches, 'mini-batch', 'es')})",
-            ]
-        )
-
-
-def derive_sizes(cfg: DictConfig) -> DerivedSizes:
-    """Compute the batch arithmetic of a TrainerConfig (see :class:`DerivedSizes`); raises ConfigError."""
-    data, actor, rollout = cfg.data, cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
-    prompts = int(data.train_batch_size)
-    n = int(rollout.n)
-    mini_prompts = int(actor.ppo_mini_batch_size)
-    if prompts < 1 or n < 1 or mini_prompts < 1:
-        raise ConfigError(
-            "data.train_batch_size, actor_rollout_ref.rollout.n and actor_rollout_ref.actor.ppo_mini_batch_size "
-            f"must be >= 1; got {prompts}, {n}, {mini_prompts}"
-        )
-    if prompts % mini_prompts:
-        raise ConfigError(
-            f"data.train_batch_size ({prompts}) must be divisible by "
-            f"actor_rollout_ref.actor.ppo_mini_batch_size ({mini_prompts})"
-        )
-    mini = mini_prompts * n
-    micro_cfg = actor.ppo_micro_batch_size_per_gpu
-    micro = mini if micro_cfg is None else int(micro_cfg)
-    if micro < 1 or mini % micro:
-        raise ConfigError(
-            f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu ({micro}) must divide the mini-batch of "
-            f"{mini} samples (ppo_mini_batch_size {mini_prompts} x rollout.n {n})"
-        )
-    return DerivedSizes(
-        prompts_per_step=prompts,
-        samples_per_step=prompts * n,
-        mini_batch_samples=mini,
-        micro_batch_samples=micro,
-        grad_accum_steps=mini // micro,
-        optimizer_steps_per_rl_step=int(actor.ppo_epochs) * prompts // mini_prompts,
-    )
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ so verl recipes and command lines translate one to one. Every field carries a on
 
 Batch sizes follow verl's units: ``data.train_batch_size`` and ``actor.ppo_mini_batch_size`` count *prompts*;
 ``ppo_micro_batch_size_per_gpu`` and ``log_prob_micro_batch_size_per_gpu`` count *samples* (responses).
-Sizes derived from these live in :func:`verl.config.loader.derive_sizes` and are never written back.
+Sizes derived from these live in :func:`verl.config.sizes.derive_sizes` and are never written back.
 
 ``Optional[...]`` is kept (rather than ``X | None``) because older OmegaConf releases cannot read PEP 604 unions.
 """

@@ -1,0 +1,15 @@
+"""The error type of config problems, shared by the loader, validation and derived sizes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A config problem: unknown key, wrong type, bad value, missing recipe or malformed override."""
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """``repr`` of a value, cut to ``limit`` characters for error messages."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,84 @@
+"""Sizes derived from a TrainerConfig (samples per step, gradient accumulation, ...), never written back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omegaconf import DictConfig
+
+from verl.config.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class DerivedSizes:
+    """Batch arithmetic of one RL step, derived once from a TrainerConfig and never written back into it."""
+
+    prompts_per_step: int
+    """data.train_batch_size"""
+    samples_per_step: int
+    """prompts_per_step * rollout.n"""
+    mini_batch_samples: int
+    """samples per optimizer step: ppo_mini_batch_size * rollout.n"""
+    micro_batch_samples: int
+    """samples per forward/backward pass: ppo_micro_batch_size_per_gpu, or the whole mini-batch"""
+    grad_accum_steps: int
+    """micro-batches per optimizer step: mini_batch_samples // micro_batch_samples"""
+    optimizer_steps_per_rl_step: int
+    """ppo_epochs * train_batch_size // ppo_mini_batch_size"""
+
+    def describe(self) -> str:
+        """Readable multi-line summary for logs."""
+        n = self.samples_per_step // self.prompts_per_step
+        mini_batches = self.samples_per_step // self.mini_batch_samples
+        epochs = self.optimizer_steps_per_rl_step // mini_batches
+
+        def plural(count: int, word: str, suffix: str = "s") -> str:
+            return f"{count} {word}{'' if count == 1 else suffix}"
+
+        return "\n".join(
+            [
+                "batch sizes per RL step:",
+                f"  prompts per step:            {self.prompts_per_step}",
+                f"  samples per step:            {self.samples_per_step} ({self.prompts_per_step} prompts x {n})",
+                f"  mini-batch:                  {self.mini_batch_samples} samples"
+                f" ({plural(mini_batches, 'mini-batch', 'es')} per epoch)",
+                f"  micro-batch:                 {self.micro_batch_samples} samples"
+                f" ({plural(self.grad_accum_steps, 'gradient-accumulation step')} per mini-batch)",
+                f"  optimizer steps per RL step: {self.optimizer_steps_per_rl_step}"
+                f" ({plural(epochs, 'epoch')} x {plural(mini_batches, 'mini-batch', 'es')})",
+            ]
+        )
+
+
+def derive_sizes(cfg: DictConfig) -> DerivedSizes:
+    """Compute the batch arithmetic of a TrainerConfig (see :class:`DerivedSizes`); raises ConfigError."""
+    data, actor, rollout = cfg.data, cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+    prompts = int(data.train_batch_size)
+    n = int(rollout.n)
+    mini_prompts = int(actor.ppo_mini_batch_size)
+    if prompts < 1 or n < 1 or mini_prompts < 1:
+        raise ConfigError(
+            "data.train_batch_size, actor_rollout_ref.rollout.n and actor_rollout_ref.actor.ppo_mini_batch_size "
+            f"must be >= 1; got {prompts}, {n}, {mini_prompts}"
+        )
+    if prompts % mini_prompts:
+        raise ConfigError(
+            f"data.train_batch_size ({prompts}) must be divisible by "
+            f"actor_rollout_ref.actor.ppo_mini_batch_size ({mini_prompts})"
+        )
+    mini = mini_prompts * n
+    micro_cfg = actor.ppo_micro_batch_size_per_gpu
+    micro = mini if micro_cfg is None else int(micro_cfg)
+    if micro < 1 or mini % micro:
+        raise ConfigError(
+            f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu ({micro}) must divide the mini-batch of "
+            f"{mini} samples (ppo_mini_batch_size {mini_prompts} x rollout.n {n})"
+        )
+    return DerivedSizes(
+        prompts_per_step=prompts,
+        samples_per_step=prompts * n,
+        mini_batch_samples=mini,
+        micro_batch_samples=micro,
+        grad_accum_steps=mini // micro,
+        optimizer_steps_per_rl_step=int(actor.ppo_epochs) * prompts // mini_prompts,
+    )
