@@ -14,11 +14,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 def tiny_model_dir(tmp_path_factory):
     from verl.models import make_tiny_model
 
-    return make_tiny_model(tmp_path_factory.mktemp("tiny-model"), hidden_size=64, num_hidden_layers=2, intermediate_size=128)
+    return make_tiny_model(
+        tmp_path_factory.mktemp("tiny-model"), hidden_size=64, num_hidden_layers=2, intermediate_size=128
+    )
 
 
 @pytest.fixture(scope="session")
 def arithmetic_files(tmp_path_factory):
     from verl.data import write_arithmetic_dataset
 
-    return write_arithmetic_dataset(tmp_path_factory.mktemp("arithmetic"), max_operand=9, holdout_frac=0.2, seed=0)
+    return write_arithmetic_dataset(
+        tmp_path_factory.mktemp("arithmetic"), max_operand=9, holdout_frac=0.2, seed=0
+    )

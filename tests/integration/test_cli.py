@@ -16,7 +16,12 @@ pytestmark = pytest.mark.slow
 
 def run_verl(*args, env=None, cwd=None):
     return subprocess.run(
-        [sys.executable, "-m", "verl.cli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600
+        [sys.executable, "-m", "verl.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=600,
     )
 
 

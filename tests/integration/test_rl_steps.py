@@ -31,12 +31,18 @@ REQUIRED_METRICS = [
 ]
 
 
-def length_reward(data: DataProto, return_dict: bool = False):
-    """Reward = number of response tokens, on the last one: varies within a group even for a random model."""
+def parity_reward(data: DataProto, return_dict: bool = False):
+    """Reward = share of even token ids in the response, on its last token.
+
+    Even a random model's samples differ in this, so every group has non-zero advantages.
+    """
     mask = data.batch["response_mask"].float()
+    even = (data.batch["responses"] % 2 == 0).float()
     lengths = mask.sum(-1)
     reward = torch.zeros_like(mask)
-    reward[torch.arange(len(mask)), (lengths - 1).clamp_min(0).long()] = lengths
+    reward[torch.arange(len(mask)), (lengths - 1).clamp_min(0).long()] = (even * mask).sum(
+        -1
+    ) / lengths.clamp_min(1)
     return {"reward_tensor": reward, "reward_extra_info": {}} if return_dict else reward
 
 
@@ -67,7 +73,7 @@ def small_config(model_dir, files, out_dir, *extra):
 
 def test_two_rl_steps_change_weights_and_log_metrics(tiny_model_dir, arithmetic_files, tmp_path):
     config = small_config(tiny_model_dir, arithmetic_files, tmp_path)
-    trainer = RLTrainer(config, reward_fn=length_reward)
+    trainer = RLTrainer(config, reward_fn=parity_reward)
     before = {k: v.clone() for k, v in trainer.actor_rollout.module.state_dict().items()}
     summary = trainer.fit()
     after = trainer.actor_rollout.module.state_dict()
@@ -95,11 +101,13 @@ def test_same_seed_same_metrics(tiny_model_dir, arithmetic_files, tmp_path):
     runs = []
     for name in ("a", "b"):
         out = tmp_path / name
-        RLTrainer(small_config(tiny_model_dir, arithmetic_files, out), reward_fn=length_reward).fit()
+        RLTrainer(small_config(tiny_model_dir, arithmetic_files, out), reward_fn=parity_reward).fit()
         runs.append(_numbers(out / "metrics.jsonl"))
     assert runs[0] == runs[1]
     other = tmp_path / "other-seed"
-    RLTrainer(small_config(tiny_model_dir, arithmetic_files, other, "trainer.seed=7"), reward_fn=length_reward).fit()
+    RLTrainer(
+        small_config(tiny_model_dir, arithmetic_files, other, "trainer.seed=7"), reward_fn=parity_reward
+    ).fit()
     assert _numbers(other / "metrics.jsonl") != runs[0]
 
 
@@ -112,7 +120,34 @@ def test_kl_loss_and_kl_in_reward_run(tiny_model_dir, arithmetic_files, tmp_path
         "algorithm.use_kl_in_reward=true",
         "trainer.total_training_steps=1",
     )
-    trainer = RLTrainer(config, reward_fn=length_reward)
+    trainer = RLTrainer(config, reward_fn=parity_reward)
     trainer.fit()
     record = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
     assert "actor/kl_loss" in record and "actor/reward_kl_penalty" in record and "timing_s/ref" in record
+
+
+def test_skipping_old_log_prob_gives_the_same_update(tiny_model_dir, arithmetic_files, tmp_path):
+    """On-policy (one optimizer step per RL step), the old_log_prob pass changes nothing but the time spent."""
+    on_policy = ["actor_rollout_ref.actor.ppo_mini_batch_size=4", "trainer.total_training_steps=1"]
+    results = []
+    for recompute in ("true", "null"):
+        out = tmp_path / recompute
+        config = small_config(
+            tiny_model_dir,
+            arithmetic_files,
+            out,
+            *on_policy,
+            f"actor_rollout_ref.actor.recompute_old_log_prob={recompute}",
+            "trainer.val_before_train=false",
+        )
+        trainer = RLTrainer(config, reward_fn=parity_reward)
+        assert trainer.recompute_old_log_prob == (recompute == "true")
+        trainer.fit()
+        record = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+        results.append((record, trainer.actor_rollout.module.state_dict()))
+    (with_pass, weights_a), (without_pass, weights_b) = results
+    assert with_pass["actor/pg_loss"] == pytest.approx(without_pass["actor/pg_loss"], abs=1e-6)
+    assert with_pass["actor/entropy"] == pytest.approx(without_pass["actor/entropy"], rel=1e-4)
+    assert without_pass["timing_s/old_log_prob"] == 0.0 < with_pass["timing_s/old_log_prob"]
+    for key in weights_a:
+        torch.testing.assert_close(weights_a[key], weights_b[key], atol=1e-6, rtol=1e-5)

@@ -59,6 +59,8 @@ def test_sft_loss_only_counts_answer_tokens(tiny_model_dir, arithmetic_files):
         one["loss_mask"][0, answer_positions[0]] = 1
         logits = model(input_ids=batch["input_ids"]).logits
         t = answer_positions[0].item()
-        expected = torch.nn.functional.cross_entropy(logits[0, t - 1 : t], batch["input_ids"][0, t : t + 1]).item()
+        expected = torch.nn.functional.cross_entropy(
+            logits[0, t - 1 : t], batch["input_ids"][0, t : t + 1]
+        ).item()
         assert sft_loss(model, one).item() == pytest.approx(expected, rel=1e-4)
     assert base > 0

@@ -91,7 +91,9 @@ def test_vanilla_policy_loss_clips_and_dual_clips():
 def test_vanilla_clip_higher_is_asymmetric():
     cfg = {"clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.28}
     new = torch.tensor([[0.5]])  # ratio 1.6487 -> clipped to 1.28
-    loss, _ = get_policy_loss_fn("vanilla")(torch.zeros(1, 1), new, torch.ones(1, 1), torch.ones(1, 1), "token-mean", cfg)
+    loss, _ = get_policy_loss_fn("vanilla")(
+        torch.zeros(1, 1), new, torch.ones(1, 1), torch.ones(1, 1), "token-mean", cfg
+    )
     assert loss.item() == pytest.approx(-1.28)
 
 
@@ -107,7 +109,9 @@ def test_agg_loss_modes_by_hand():
         agg_loss(loss, mask, "mean")
 
 
-@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+@pytest.mark.parametrize(
+    "mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+)
 def test_agg_loss_micro_batch_invariance(mode):
     torch.manual_seed(0)
     loss = torch.rand(6, 5)
@@ -151,6 +155,12 @@ def test_kl_controllers():
 def test_lr_schedule_warmup_then_cosine():
     assert lr_multiplier(0, warmup_steps=4, total_steps=10, schedule="constant", min_lr_ratio=0) == 0.25
     assert lr_multiplier(5, warmup_steps=4, total_steps=10, schedule="constant", min_lr_ratio=0) == 1.0
-    assert lr_multiplier(4, warmup_steps=4, total_steps=10, schedule="cosine", min_lr_ratio=0) == pytest.approx(1.0)
-    assert lr_multiplier(7, warmup_steps=4, total_steps=10, schedule="cosine", min_lr_ratio=0) == pytest.approx(0.5)
-    assert lr_multiplier(10, warmup_steps=4, total_steps=10, schedule="cosine", min_lr_ratio=0.1) == pytest.approx(0.1)
+    assert lr_multiplier(
+        4, warmup_steps=4, total_steps=10, schedule="cosine", min_lr_ratio=0
+    ) == pytest.approx(1.0)
+    assert lr_multiplier(
+        7, warmup_steps=4, total_steps=10, schedule="cosine", min_lr_ratio=0
+    ) == pytest.approx(0.5)
+    assert lr_multiplier(
+        10, warmup_steps=4, total_steps=10, schedule="cosine", min_lr_ratio=0.1
+    ) == pytest.approx(0.1)

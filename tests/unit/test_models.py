@@ -11,7 +11,9 @@ from verl.models import build_tiny_tokenizer, load_hf_model, load_tokenizer, mak
 
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])
 def test_tiny_model_round_trip_through_auto_classes(arch, tmp_path):
-    path = make_tiny_model(tmp_path / arch, arch=arch, hidden_size=32, num_hidden_layers=1, intermediate_size=64)
+    path = make_tiny_model(
+        tmp_path / arch, arch=arch, hidden_size=32, num_hidden_layers=1, intermediate_size=64
+    )
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path)
     assert model.config.model_type == arch
@@ -21,7 +23,9 @@ def test_tiny_model_round_trip_through_auto_classes(arch, tmp_path):
     assert tokenizer(text)["input_ids"] == reference(text)["input_ids"]
     digits = tokenizer.convert_ids_to_tokens(tokenizer("123")["input_ids"])
     assert digits == ["1", "2", "3"]
-    rendered = tokenizer.apply_chat_template([{"role": "user", "content": "3+4="}], tokenize=False, add_generation_prompt=True)
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "3+4="}], tokenize=False, add_generation_prompt=True
+    )
     assert rendered == "<|im_start|>user\n3+4=<|im_end|>\n<|im_start|>assistant\n"
     with torch.no_grad():
         logits = model(torch.tensor([tokenizer("3+4=")["input_ids"]])).logits

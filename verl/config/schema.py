@@ -148,6 +148,10 @@ class ActorConfig:
     """coefficient of the KL loss term"""
     kl_loss_type: str = "low_var_kl"
     """KL estimator for the loss: kl | abs | mse | low_var_kl | full"""
+    recompute_old_log_prob: Optional[bool] = None
+    """run the old_log_prob pass; None = only when needed: it is skipped when every RL step makes
+    exactly one optimizer step (the policy that sampled is the one being updated, so the detached
+    current log-probs are the old ones) and no KL-in-reward needs them"""
     policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     """policy-loss variant"""
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -379,6 +383,8 @@ class SFTDataConfig:
     """sequences per optimizer step"""
     truncation: str = "error"
     """what to do with longer sequences: error | left | right"""
+    train_max_samples: int = -1
+    """train on only the first N rows of train_files (a demonstration budget); -1 = all"""
 
 
 @dataclass

@@ -23,6 +23,7 @@ import torch
 from verl.algorithms import get_kl_controller, masked_mean
 from verl.config import derive_sizes
 from verl.data import EpochSampler, RLDataset, collate_rl, iterate_batches
+from verl.models import load_tokenizer
 from verl.protocol import DataProto
 from verl.trainer.advantage import apply_kl_penalty, compute_advantage
 from verl.trainer.metrics import compute_data_metrics, compute_throughput_metrics, compute_validation_metrics
@@ -47,10 +48,11 @@ class RLTrainer:
         set_seed(config.trainer.seed)
         actor_cfg = config.actor_rollout_ref.actor
         self.need_ref = config.algorithm.use_kl_in_reward or actor_cfg.use_kl_loss
+        self.recompute_old_log_prob = actor_cfg.recompute_old_log_prob
+        if self.recompute_old_log_prob is None:
+            on_policy = self.sizes.optimizer_steps_per_rl_step == 1
+            self.recompute_old_log_prob = not on_policy or config.algorithm.use_kl_in_reward
 
-        # The tokenizer is loaded by the worker; the datasets need it too.
-        self.train_dataset = self.val_dataset = None
-        self.actor_rollout = None
         self._build_datasets_and_workers()
         self.tokenizer = self.actor_rollout.tokenizer
         self.reward_fn = reward_fn or load_reward_manager(
@@ -63,11 +65,9 @@ class RLTrainer:
         self.global_steps = 0
 
     def _build_datasets_and_workers(self) -> None:
+        """Datasets first: the number of steps (which the LR schedule needs) follows from their size."""
         cfg = self.config
         data = cfg.data
-        # Steps are known only once the dataset size is known; the LR schedule needs them.
-        from verl.models import load_tokenizer
-
         model_cfg = cfg.actor_rollout_ref.model
         tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path, model_cfg.trust_remote_code)
         dataset_kwargs = dict(
@@ -78,6 +78,7 @@ class RLTrainer:
             filter_overlong_prompts=data.filter_overlong_prompts,
         )
         self.train_dataset = RLDataset(data.train_files, max_samples=data.train_max_samples, **dataset_kwargs)
+        self.val_dataset = None
         if data.val_files:
             self.val_dataset = RLDataset(data.val_files, max_samples=data.val_max_samples, **dataset_kwargs)
         seed = data.seed if data.seed is not None else cfg.trainer.seed
@@ -157,11 +158,14 @@ class RLTrainer:
                 reward = self.reward_fn(batch, return_dict=True)
                 batch.batch["token_level_scores"] = reward["reward_tensor"]
 
-            with marked_timer("old_log_prob", timing):
-                old = self.actor_rollout.compute_log_prob(batch)
-                entropys = old.pop(batch_keys=["entropys"]).batch["entropys"]
-                metrics["actor/entropy"] = masked_mean(entropys, batch.batch["response_mask"]).item()
-                batch = batch.union(old)
+            if self.recompute_old_log_prob:
+                with marked_timer("old_log_prob", timing):
+                    old = self.actor_rollout.compute_log_prob(batch)
+                    entropys = old.pop(batch_keys=["entropys"]).batch["entropys"]
+                    metrics["actor/entropy"] = masked_mean(entropys, batch.batch["response_mask"]).item()
+                    batch = batch.union(old)
+            else:
+                timing["old_log_prob"] = 0.0  # skipped: the update uses the detached current log-probs
 
             if self.need_ref:
                 with marked_timer("ref", timing):

@@ -59,6 +59,7 @@ def run_sft(config: Any) -> Path:
         response_key=config.data.response_key,
         max_length=config.data.max_length,
         truncation=config.data.truncation,
+        max_samples=config.data.train_max_samples,
     )
     sampler = EpochSampler(len(dataset), config.data.train_batch_size, shuffle=True, seed=trainer_cfg.seed)
     total_steps = trainer_cfg.total_training_steps or len(sampler) * trainer_cfg.total_epochs

@@ -83,19 +83,16 @@ class Actor:
         cfg = self.config
         self.model.train()
         metrics: dict[str, list[float]] = defaultdict(list)
-        keys = [
-            "responses",
-            "input_ids",
-            "attention_mask",
-            "position_ids",
-            "response_mask",
-            "old_log_probs",
-            "advantages",
-        ]
-        if cfg.use_kl_loss:
-            keys.append("ref_log_prob")
+        keys = ["responses", "input_ids", "attention_mask", "position_ids", "response_mask", "advantages"]
+        keys += [k for k in ("old_log_probs", "ref_log_prob") if k in data.batch]
         data = data.select(batch_keys=keys)
-        use_entropy = cfg.entropy_coeff != 0
+        if "old_log_probs" not in data.batch and (cfg.ppo_epochs != 1 or mini_batch_size != len(data)):
+            raise ValueError(
+                "old_log_probs are missing but the update is not on-policy (more than one optimizer step per "
+                "RL step); set actor_rollout_ref.actor.recompute_old_log_prob=true"
+            )
+        # Without an old_log_prob pass the entropy metric comes from the update's own forward pass.
+        use_entropy = cfg.entropy_coeff != 0 or "old_log_probs" not in data.batch
         # The shuffle seed is drawn from torch's global generator, so a seeded run reshuffles reproducibly.
         seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
         for mini in data.make_iterator(
@@ -130,8 +127,10 @@ class Actor:
         mask = micro.batch["response_mask"]
         share = mask.sum().item() / max(loss_cfg.global_num_tokens, 1)
         log_prob, entropy = response_logprobs(self.model, micro, temperature, with_entropy=use_entropy)
+        # On-policy (one optimizer step per RL step) the sampling policy is the current one: ratio = 1.
+        old_log_prob = micro.batch["old_log_probs"] if "old_log_probs" in micro.batch else log_prob.detach()
         pg_loss, pg_metrics = self.policy_loss_fn(
-            old_log_prob=micro.batch["old_log_probs"],
+            old_log_prob=old_log_prob,
             log_prob=log_prob,
             advantages=micro.batch["advantages"],
             response_mask=mask,
@@ -143,8 +142,9 @@ class Actor:
         agg = {"loss_agg_mode": cfg.loss_agg_mode, **loss_cfg.agg_kwargs()}
         if use_entropy:
             entropy_loss = agg_loss(entropy, mask, **agg)
-            loss = loss - cfg.entropy_coeff * entropy_loss
-            metrics["actor/entropy_loss"] += entropy_loss.item()
+            if cfg.entropy_coeff != 0:
+                loss = loss - cfg.entropy_coeff * entropy_loss
+            metrics["actor/entropy"] += entropy_loss.item()
         if cfg.use_kl_loss:
             kl = kl_penalty(log_prob, micro.batch["ref_log_prob"], cfg.kl_loss_type)
             kl_loss = agg_loss(kl, mask, **agg)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import operator
+import random
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,12 @@ def make_arithmetic_rows(
                     },
                 }
             )
+    # Rows are stored in a seeded random order, so the first N of a file (``train_max_samples``) are a
+    # uniform sample of the pairs rather than the ones with the smallest first operand.
+    for split, rows in splits.items():
+        random.Random(f"{seed}:{split}").shuffle(rows)
+        for i, row in enumerate(rows):
+            row["extra_info"]["index"] = i
     return splits["train"], splits["test"]
 
 
