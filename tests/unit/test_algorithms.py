@@ -65,7 +65,7 @@ def test_register_custom_estimator():
 
     adv, _ = get_adv_estimator_fn("unit_test_constant")(torch.zeros(1, 2), torch.ones(1, 2), index=["x"])
     assert adv.tolist() == [[2.0, 2.0]]
-    with pytest.raises(ValueError, match="unknown adv_estimator 'nope'"):
+    with pytest.raises(ValueError, match="unknown advantage estimator .* 'nope'"):
         get_adv_estimator_fn("nope")
 
 

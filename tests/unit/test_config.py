@@ -45,29 +45,29 @@ def test_default_recipe_values() -> None:
     assert OmegaConf.get_type(cfg) is TrainerConfig
     assert cfg.data.train_files == "~/.cache/verl/data/arithmetic/train.parquet"
     assert cfg.data.val_files == "~/.cache/verl/data/arithmetic/test.parquet"
-    assert (cfg.data.max_prompt_length, cfg.data.max_response_length, cfg.data.train_batch_size) == (32, 8, 8)
+    assert (cfg.data.max_prompt_length, cfg.data.max_response_length, cfg.data.train_batch_size) == (32, 8, 16)
     assert cfg.data.truncation == "error"
     assert cfg[ARR].model.path == "~/.cache/verl/models/tiny-arith-sft"
     actor = cfg[ARR].actor
-    assert actor.optim.lr == pytest.approx(1e-4)
+    assert actor.optim.lr == pytest.approx(2e-4)
     assert actor.optim.lr_warmup_steps == 100
-    assert (actor.ppo_mini_batch_size, actor.ppo_epochs, actor.clip_ratio) == (8, 1, 0.2)
+    assert (actor.ppo_mini_batch_size, actor.ppo_epochs, actor.clip_ratio) == (16, 1, 0.2)
     assert actor.loss_agg_mode == "token-mean" and actor.use_kl_loss is False
     assert (cfg[ARR].rollout.name, cfg[ARR].rollout.n, cfg[ARR].rollout.temperature) == ("hf", 8, 1.0)
     assert cfg.algorithm.adv_estimator == "grpo"
-    assert cfg.trainer.total_training_steps == 1000 and cfg.trainer.test_freq == 100
+    assert cfg.trainer.total_training_steps == 600 and cfg.trainer.test_freq == 100
     assert list(cfg.trainer.logger) == ["console", "jsonl"]
     assert cfg.trainer.experiment_name == "grpo-arithmetic"
     assert cfg.trainer.default_local_dir == "outputs/verl/grpo-arithmetic"  # interpolation resolved
     assert cfg.prepare.enable is True and cfg.prepare.task == "arithmetic"
-    assert dict(cfg.prepare.task_kwargs) == {"max_operand": 30, "holdout_frac": 0.2, "seed": 0}
+    assert dict(cfg.prepare.task_kwargs) == {"max_operand": 99, "holdout_frac": 0.2, "seed": 0}
     assert cfg.prepare.tiny_model.arch == "qwen2" and cfg.prepare.tiny_model.hidden_size == 128
-    assert cfg.prepare.sft.lr == pytest.approx(3e-3) and cfg.prepare.sft.total_training_steps == 800
+    assert cfg.prepare.sft.lr == pytest.approx(3e-3) and cfg.prepare.sft.total_training_steps == 500
     # schema defaults not set by the recipe
     assert cfg[ARR].rollout.val_kwargs.temperature == 0.0 and cfg[ARR].rollout.val_kwargs.do_sample is False
     assert cfg[ARR].actor.policy_loss.loss_mode == "vanilla"
     assert cfg.algorithm.kl_ctrl.kl_coef == pytest.approx(0.001)
-    assert cfg.data.seed is None and cfg.trainer.torch_threads is None
+    assert cfg.data.seed is None and cfg.trainer.torch_threads == 2
 
 
 def test_verl_home_env(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,7 +146,7 @@ def test_free_form_dicts_accept_any_keys(tmp_path: Path) -> None:
         ]
     )
     assert cfg.prepare.task_kwargs.brand_new == 5
-    assert cfg.prepare.task_kwargs.max_operand == 30  # merged, not replaced
+    assert cfg.prepare.task_kwargs.max_operand == 99  # merged, not replaced
     assert cfg.prepare.tiny_model.rope_theta == 10000.0
     assert list(cfg.prepare.sft.whatever.nested) == [1, 2]
     assert cfg[ARR].model.override_config.attention_dropout == 0.1
@@ -330,7 +330,7 @@ def test_config_is_read_only() -> None:
         ("data.train_batch_size=12", "data.train_batch_size (12) must be divisible by"),
         (f"{ARR}.actor.optim.lr_scheduler_type=linear", "lr_scheduler_type must be one of constant, cosine"),
         (f"{ARR}.model.path=''", f"{ARR}.model.path is required"),
-        (f"{ARR}.actor.ppo_micro_batch_size_per_gpu=3", "must divide the mini-batch of 64 samples"),
+        (f"{ARR}.actor.ppo_micro_batch_size_per_gpu=3", "must divide the mini-batch of 128 samples"),
         ("data.train_files={a: 1}", "data.train_files must be a file path or a list of file paths"),
         ("algorithm.kl_ctrl.type=pid", "algorithm.kl_ctrl.type must be one of fixed, adaptive"),
     ],
@@ -358,13 +358,13 @@ def test_sft_validation() -> None:
 
 # ------------------------------------------------------------------------------------------------ derived sizes
 def test_derive_sizes_default_recipe() -> None:
-    # 8 prompts x n=8 = 64 samples; mini-batch 8 prompts = 64 samples; no micro-batch size -> whole mini-batch
+    # 16 prompts x n=8 = 128 samples; mini-batch 16 prompts = 128 samples; no micro-batch size -> whole mini-batch
     sizes = derive_sizes(load_config())
     assert sizes == DerivedSizes(
-        prompts_per_step=8,
-        samples_per_step=64,
-        mini_batch_samples=64,
-        micro_batch_samples=64,
+        prompts_per_step=16,
+        samples_per_step=128,
+        mini_batch_samples=128,
+        micro_batch_samples=128,
         grad_accum_steps=1,
         optimizer_steps_per_rl_step=1,
     )
@@ -401,7 +401,7 @@ def test_yaml_and_container_round_trip() -> None:
     plain = to_container(cfg)
     assert isinstance(plain, dict) and plain["trainer"]["logger"] == ["console", "jsonl"]
     text = to_yaml(cfg)
-    assert "train_batch_size: 8" in text and "${" not in text
+    assert "train_batch_size: 16" in text and "${" not in text
     again = OmegaConf.merge(OmegaConf.structured(TrainerConfig), OmegaConf.create(text))
     assert again == cfg
 
@@ -418,7 +418,7 @@ def test_as_file_list() -> None:
 def test_sft_overrides_from_prepare_settings() -> None:
     settings = load_config().prepare.sft
     overrides = sft_overrides(settings)
-    assert "optim.lr=0.003" in overrides and "trainer.total_training_steps=800" in overrides
+    assert "optim.lr=0.003" in overrides and "trainer.total_training_steps=500" in overrides
     cfg = load_config(schema=SFTConfig, overrides=[*overrides, "optim.min_lr_ratio=0.1"])
     assert cfg.data.train_batch_size == 64 and cfg.optim.lr_warmup_steps == 50
     assert cfg.optim.lr_scheduler_type == "cosine" and cfg.optim.min_lr_ratio == pytest.approx(0.1)

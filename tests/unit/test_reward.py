@@ -111,8 +111,9 @@ def test_register_scorer() -> None:
 
     try:
         assert default_compute_score("unit_test_len", "abc", "3") == 1.0
-        with pytest.raises(ValueError):
-            register_scorer("unit_test_len")(_len_scorer)
+        register_scorer("unit_test_len")(_len_scorer)  # the same function again is a no-op
+        with pytest.raises(ValueError, match="already registered"):
+            register_scorer("unit_test_len")(lambda s, g, extra_info=None: 0.0)
         register_scorer("unit_test_len", overwrite=True)(lambda s, g, extra_info=None: 0.5)
         assert default_compute_score("unit_test_len", "abc", "3") == 0.5
     finally:

@@ -16,25 +16,18 @@ from typing import Any
 import numpy as np
 import torch
 
-ADV_ESTIMATOR_REGISTRY: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {}
+from verl.utils.registry import Registry
+
+ADV_ESTIMATOR_REGISTRY = Registry("advantage estimator (algorithm.adv_estimator)")
 
 
 def register_adv_est(name: str) -> Callable:
     """Decorator: make an estimator available as ``algorithm.adv_estimator=<name>``."""
-
-    def decorator(fn: Callable) -> Callable:
-        if name in ADV_ESTIMATOR_REGISTRY and ADV_ESTIMATOR_REGISTRY[name] is not fn:
-            raise ValueError(f"advantage estimator {name!r} is already registered")
-        ADV_ESTIMATOR_REGISTRY[name] = fn
-        return fn
-
-    return decorator
+    return ADV_ESTIMATOR_REGISTRY.register(name)
 
 
 def get_adv_estimator_fn(name: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
-    if name not in ADV_ESTIMATOR_REGISTRY:
-        raise ValueError(f"unknown adv_estimator {name!r}; registered: {sorted(ADV_ESTIMATOR_REGISTRY)}")
-    return ADV_ESTIMATOR_REGISTRY[name]
+    return ADV_ESTIMATOR_REGISTRY.lookup(name)
 
 
 def _group_ids(index: Any) -> list:

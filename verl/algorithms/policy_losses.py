@@ -14,26 +14,18 @@ from typing import Any
 import torch
 
 from verl.algorithms.core import agg_loss, masked_mean
+from verl.utils.registry import Registry
 
-POLICY_LOSS_REGISTRY: dict[str, Callable[..., tuple[torch.Tensor, dict[str, Any]]]] = {}
+POLICY_LOSS_REGISTRY = Registry("policy loss (actor_rollout_ref.actor.policy_loss.loss_mode)")
 
 
 def register_policy_loss(name: str) -> Callable:
     """Decorator: make a loss available as ``actor.policy_loss.loss_mode=<name>``."""
-
-    def decorator(fn: Callable) -> Callable:
-        if name in POLICY_LOSS_REGISTRY and POLICY_LOSS_REGISTRY[name] is not fn:
-            raise ValueError(f"policy loss {name!r} is already registered")
-        POLICY_LOSS_REGISTRY[name] = fn
-        return fn
-
-    return decorator
+    return POLICY_LOSS_REGISTRY.register(name)
 
 
 def get_policy_loss_fn(name: str) -> Callable[..., tuple[torch.Tensor, dict[str, Any]]]:
-    if name not in POLICY_LOSS_REGISTRY:
-        raise ValueError(f"unknown policy loss_mode {name!r}; registered: {sorted(POLICY_LOSS_REGISTRY)}")
-    return POLICY_LOSS_REGISTRY[name]
+    return POLICY_LOSS_REGISTRY.lookup(name)
 
 
 def _cfg(config: Any, key: str, default: Any) -> Any:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.utils.registry import Registry
 from verl.workers.reward.scorers import default_compute_score
 
 ComputeScoreFn = Callable[..., Any]
@@ -131,28 +132,16 @@ def score_samples(compute_score: ComputeScoreFn, samples: Sequence[RewardSample]
     return results
 
 
-REWARD_MANAGERS: dict[str, type] = {}
+REWARD_MANAGERS = Registry("reward manager (reward_model.reward_manager)")
 
 
 def register_reward_manager(name: str) -> Callable[[type], type]:
     """Class decorator making a reward manager selectable via ``reward_model.reward_manager``."""
-
-    def decorator(cls: type) -> type:
-        if name in REWARD_MANAGERS and REWARD_MANAGERS[name] is not cls:
-            raise ValueError(f"a reward manager is already registered as {name!r}")
-        REWARD_MANAGERS[name] = cls
-        return cls
-
-    return decorator
+    return REWARD_MANAGERS.register(name)
 
 
 def get_reward_manager_cls(name: str) -> type:
-    try:
-        return REWARD_MANAGERS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown reward manager {name!r}; known: {', '.join(sorted(REWARD_MANAGERS))}"
-        ) from None
+    return REWARD_MANAGERS.lookup(name)
 
 
 def _non_tensor_item(non_tensor: Mapping[str, Any], key: str, index: int, *, required: bool) -> Any:

@@ -15,24 +15,17 @@ from typing import Any
 import torch
 
 from verl.protocol import DataProto
+from verl.utils.registry import Registry
 
-ROLLOUT_REGISTRY: dict[str, Callable[..., Any]] = {}
+ROLLOUT_REGISTRY = Registry("rollout engine (actor_rollout_ref.rollout.name)")
 
 
 def register_rollout(name: str) -> Callable:
-    def decorator(cls: Callable) -> Callable:
-        ROLLOUT_REGISTRY[name] = cls
-        return cls
-
-    return decorator
+    return ROLLOUT_REGISTRY.register(name)
 
 
 def get_rollout_class(name: str) -> Callable[..., Any]:
-    if name not in ROLLOUT_REGISTRY:
-        raise ValueError(
-            f"unknown actor_rollout_ref.rollout.name {name!r}; available: {sorted(ROLLOUT_REGISTRY)}"
-        )
-    return ROLLOUT_REGISTRY[name]
+    return ROLLOUT_REGISTRY.lookup(name)
 
 
 @dataclass(frozen=True)

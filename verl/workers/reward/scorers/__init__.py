@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from verl.utils.registry import Registry
 from verl.workers.reward.scorers import arithmetic, gsm8k
 
 ScoreFn = Callable[..., "float | dict[str, Any]"]
 
-SCORERS: dict[str, ScoreFn] = {}
+SCORERS = Registry("reward scorer for data_source")
 
 
 def register_scorer(name: str, *, overwrite: bool = False) -> Callable[[ScoreFn], ScoreFn]:
@@ -22,14 +23,7 @@ def register_scorer(name: str, *, overwrite: bool = False) -> Callable[[ScoreFn]
     Re-registering a name raises unless ``overwrite=True`` so two tasks cannot silently share a
     data_source by accident.
     """
-
-    def decorator(fn: ScoreFn) -> ScoreFn:
-        if name in SCORERS and not overwrite:
-            raise ValueError(f"a scorer is already registered for data_source {name!r}")
-        SCORERS[name] = fn
-        return fn
-
-    return decorator
+    return SCORERS.register(name, overwrite=overwrite)
 
 
 @register_scorer("arithmetic")
