@@ -45,7 +45,11 @@ def test_default_recipe_values() -> None:
     assert OmegaConf.get_type(cfg) is TrainerConfig
     assert cfg.data.train_files == "~/.cache/verl/data/arithmetic/train.parquet"
     assert cfg.data.val_files == "~/.cache/verl/data/arithmetic/test.parquet"
-    assert (cfg.data.max_prompt_length, cfg.data.max_response_length, cfg.data.train_batch_size) == (32, 8, 16)
+    assert (cfg.data.max_prompt_length, cfg.data.max_response_length, cfg.data.train_batch_size) == (
+        32,
+        8,
+        16,
+    )
     assert cfg.data.truncation == "error"
     assert cfg[ARR].model.path == "~/.cache/verl/models/tiny-arith-sft"
     actor = cfg[ARR].actor
