@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from verl.config import load_config
+from verl.models import load_hf_model
 from verl.protocol import DataProto
 from verl.trainer.rl_trainer import RLTrainer
 
@@ -72,7 +73,7 @@ def small_config(model_dir, files, out_dir, *extra):
 
 
 def test_two_rl_steps_change_weights_and_log_metrics(tiny_model_dir, arithmetic_files, tmp_path):
-    config = small_config(tiny_model_dir, arithmetic_files, tmp_path)
+    config = small_config(tiny_model_dir, arithmetic_files, tmp_path, "trainer.save_freq=1")
     trainer = RLTrainer(config, reward_fn=parity_reward)
     before = {k: v.clone() for k, v in trainer.actor_rollout.module.state_dict().items()}
     summary = trainer.fit()
@@ -87,6 +88,9 @@ def test_two_rl_steps_change_weights_and_log_metrics(tiny_model_dir, arithmetic_
     # 2 mini-batches of 2 prompts x 4 samples: two optimizer steps per RL step
     assert records[-1]["actor/grad_norm"] > 0
     assert summary["val_before"].keys() == summary["val_after"].keys()
+    saved = load_hf_model(tmp_path / "global_step_2" / "actor" / "huggingface").state_dict()
+    assert all(torch.equal(saved[k], after[k]) for k in saved)
+    assert (tmp_path / "global_step_1" / "actor" / "huggingface" / "tokenizer.json").exists()
 
 
 def _numbers(path):

@@ -303,7 +303,8 @@ class TrainerSection:
     test_freq: int = -1
     """validate every this many RL steps; -1 = never (except val_before_train)"""
     save_freq: int = -1
-    """checkpoint every this many RL steps; -1 = only at the end"""
+    """save the policy as a HuggingFace directory every this many RL steps and at the last one; -1 = never
+    (weights only for now: a full resumable checkpoint is not implemented yet)"""
     default_local_dir: str = "outputs/${trainer.project_name}/${trainer.experiment_name}"
     """output directory for checkpoints and logs"""
     logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])

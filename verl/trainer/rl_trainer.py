@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -132,11 +133,29 @@ class RLTrainer:
                 metrics.update(val_metrics)
                 metrics["timing_s/testing"] = timing["testing"]
                 summary["val_after"] = val_metrics
+            if cfg.save_freq > 0 and (step % cfg.save_freq == 0 or is_last):
+                with marked_timer("save_checkpoint", timing := {}):
+                    self.save_hf(step)
+                metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
             tracking.log(metrics, step)
         summary["train_seconds"] = time.perf_counter() - start
         summary["last_metrics"] = metrics
         tracking.close()
         return summary
+
+    def save_hf(self, step: int) -> Path:
+        """Save the policy as a HuggingFace directory: ``<default_local_dir>/global_step_<N>/actor/huggingface``.
+
+        Weights only: optimizer, scheduler, sampler and RNG state (for an exact resume) are not saved yet.
+        """
+        path = (
+            Path(self.config.trainer.default_local_dir).expanduser()
+            / f"global_step_{step}"
+            / "actor"
+            / "huggingface"
+        )
+        self.actor_rollout.save_hf(str(path))
+        return path
 
     def train_step(self, batch: DataProto) -> dict[str, float]:
         """One RL step on a batch of prompts; returns its metrics."""
