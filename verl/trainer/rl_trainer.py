@@ -107,6 +107,10 @@ class RLTrainer:
             cfg.experiment_name,
         )
         tracking.write(self.sizes.describe())
+        if not self.recompute_old_log_prob:
+            tracking.write(
+                "old_log_prob pass skipped: one optimizer step per RL step, so the update is on-policy"
+            )
         summary: dict[str, Any] = {
             "val_before": {},
             "val_after": {},

@@ -66,7 +66,7 @@ def run_sft(config: Any) -> Path:
     optimizer = build_optimizer(model.parameters(), config.optim)
     scheduler = build_lr_scheduler(optimizer, config.optim, total_steps)
     out_dir = Path(trainer_cfg.default_local_dir).expanduser()
-    tracking = Tracking(list(trainer_cfg.logger), out_dir, total_steps, experiment_name="sft")
+    tracking = Tracking(list(trainer_cfg.logger), out_dir, total_steps, experiment_name="sft", desc="sft")
     batches = iterate_batches(
         dataset, sampler, lambda items: collate_sft(items, tokenizer.pad_token_id), num_epochs=None
     )

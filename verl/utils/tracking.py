@@ -38,6 +38,7 @@ class Tracking:
         experiment_name: str = "default",
         config: dict | None = None,
         initial_step: int = 0,
+        desc: str = "train",
     ) -> None:
         unknown = set(loggers) - {"console", "jsonl", "tensorboard", "wandb"}
         if unknown:
