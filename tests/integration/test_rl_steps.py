@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from verl.config import load_config
+from verl.data import iterate_batches
 from verl.models import load_hf_model
 from verl.protocol import DataProto
 from verl.trainer.rl_trainer import RLTrainer
@@ -155,3 +156,42 @@ def test_skipping_old_log_prob_gives_the_same_update(tiny_model_dir, arithmetic_
     assert without_pass["timing_s/old_log_prob"] == 0.0 < with_pass["timing_s/old_log_prob"]
     for key in weights_a:
         torch.testing.assert_close(weights_a[key], weights_b[key], atol=1e-6, rtol=1e-5)
+
+
+def test_ppo_with_critic_and_warmup(tiny_model_dir, arithmetic_files, tmp_path):
+    """GAE needs a critic: it is built automatically, fitted every step, and the actor waits for the warm-up."""
+    config = small_config(
+        tiny_model_dir,
+        arithmetic_files,
+        tmp_path,
+        "algorithm.adv_estimator=gae",
+        "algorithm.lam=0.95",
+        "critic.optim.lr=1e-3",
+        "trainer.critic_warmup=1",
+        "trainer.val_before_train=false",
+    )
+    trainer = RLTrainer(config, reward_fn=parity_reward)
+    assert trainer.critic is not None
+    actor_before = {k: v.clone() for k, v in trainer.actor_rollout.module.state_dict().items()}
+    critic_before = {k: v.clone() for k, v in trainer.critic.module.state_dict().items()}
+
+    batches = iterate_batches(trainer.train_dataset, trainer.sampler, trainer._collate, num_epochs=None)
+    trainer.global_steps = 1
+    warmup = trainer.train_step(next(batches))
+    assert "critic/vf_loss" in warmup and "actor/pg_loss" not in warmup  # step 1: critic only
+    assert all(torch.equal(actor_before[k], v) for k, v in trainer.actor_rollout.module.state_dict().items())
+    trainer.global_steps = 2
+    second = trainer.train_step(next(batches))
+    for key in (
+        "actor/pg_loss",
+        "critic/vf_loss",
+        "critic/vf_clipfrac",
+        "critic/values/mean",
+        "timing_s/values",
+    ):
+        assert key in second, key
+    critic_after = trainer.critic.module.state_dict()
+    assert any(not torch.equal(critic_before[k], critic_after[k]) for k in critic_before)
+    assert any(
+        not torch.equal(actor_before[k], v) for k, v in trainer.actor_rollout.module.state_dict().items()
+    )

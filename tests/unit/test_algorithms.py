@@ -10,6 +10,7 @@ from verl.algorithms import (
     AdaptiveKLController,
     FixedKLController,
     agg_loss,
+    compute_value_loss,
     get_adv_estimator_fn,
     get_policy_loss_fn,
     kl_penalty,
@@ -164,3 +165,28 @@ def test_lr_schedule_warmup_then_cosine():
     assert lr_multiplier(
         10, warmup_steps=4, total_steps=10, schedule="cosine", min_lr_ratio=0.1
     ) == pytest.approx(0.1)
+
+
+def test_value_loss_clipped_by_hand():
+    # old values 0, returns 1; predictions 0.2 (inside the clip range) and 2.0 (clipped to 0.5)
+    vpreds = torch.tensor([[0.2, 2.0]])
+    returns = torch.tensor([[1.0, 1.0]])
+    values = torch.zeros(1, 2)
+    mask = torch.ones(1, 2)
+    loss, clipfrac = compute_value_loss(vpreds, returns, values, mask, cliprange_value=0.5)
+    # token 0: unclipped (0.2-1)^2 = 0.64, clipped (0.2-1)^2 = 0.64 -> 0.64
+    # token 1: unclipped (2-1)^2 = 1.0, clipped (0.5-1)^2 = 0.25 -> max = 1.0
+    # 0.5 * mean(0.64, 1.0) = 0.41; the clipped term is larger on no token
+    assert loss.item() == pytest.approx(0.41)
+    assert clipfrac.item() == 0.0
+    # token 0: unclipped 4.0, clipped (-0.5-1)^2 = 2.25 -> 4.0; token 1: 1.0
+    vpreds = torch.tensor([[-1.0, 0.0]])
+    loss, clipfrac = compute_value_loss(vpreds, returns, values, mask, cliprange_value=0.5)
+    assert loss.item() == pytest.approx(0.5 * (4.0 + 1.0) / 2)
+    assert clipfrac.item() == 0.0
+    # token 0: 0.9 -> clipped to 0.5: unclipped 0.01 < clipped 0.25, so the clipped term counts
+    # token 1: 0.3 is inside the range: both terms (0.3-1)^2 = 0.49
+    vpreds = torch.tensor([[0.9, 0.3]])
+    loss, clipfrac = compute_value_loss(vpreds, returns, values, mask, cliprange_value=0.5)
+    assert loss.item() == pytest.approx(0.5 * (0.25 + 0.49) / 2)
+    assert clipfrac.item() == pytest.approx(0.5)

@@ -371,7 +371,18 @@ def test_derive_sizes_default_recipe() -> None:
         micro_batch_samples=128,
         grad_accum_steps=1,
         optimizer_steps_per_rl_step=1,
+        critic_mini_batch_samples=128,  # critic sizes default to the actor's
+        critic_micro_batch_samples=128,
+        critic_ppo_epochs=1,
     )
+
+
+def cfg_overrides(cfg) -> list[str]:
+    return [
+        f"data.train_batch_size={cfg.data.train_batch_size}",
+        f"{ARR}.rollout.n={cfg[ARR].rollout.n}",
+        f"{ARR}.actor.ppo_mini_batch_size={cfg[ARR].actor.ppo_mini_batch_size}",
+    ]
 
 
 def test_derive_sizes_with_micro_batches_and_epochs() -> None:
@@ -395,6 +406,25 @@ def test_derive_sizes_with_micro_batches_and_epochs() -> None:
     text = sizes.describe()
     assert "128" in text and "4 gradient-accumulation steps" in text and "2 epochs x 4 mini-batches" in text
     assert cfg.data.train_batch_size == 32  # nothing written back
+    # the critic follows the actor unless set: mini 8 x 4 = 32 samples, whole mini-batch per pass, 2 epochs
+    assert (sizes.critic_mini_batch_samples, sizes.critic_micro_batch_samples, sizes.critic_ppo_epochs) == (
+        32,
+        32,
+        2,
+    )
+    critic = derive_sizes(
+        load_config(
+            overrides=[
+                *cfg_overrides(cfg),
+                "critic.ppo_mini_batch_size=16",
+                "critic.ppo_micro_batch_size_per_gpu=16",
+            ]
+        )
+    )
+    # 16 prompts x 4 = 64 samples per critic step, 16 per pass
+    assert (critic.critic_mini_batch_samples, critic.critic_micro_batch_samples) == (64, 16)
+    with pytest.raises(ConfigError, match="critic.ppo_micro_batch_size_per_gpu"):
+        derive_sizes(load_config(overrides=["critic.ppo_micro_batch_size_per_gpu=7"], check=False))
     with pytest.raises(AttributeError):
         sizes.grad_accum_steps = 1  # type: ignore[misc]
 

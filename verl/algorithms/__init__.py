@@ -1,7 +1,15 @@
 """Pure tensor math of RL for LLMs: estimators, losses, KL. No models, no I/O."""
 
 from verl.algorithms.advantages import ADV_ESTIMATOR_REGISTRY, get_adv_estimator_fn, register_adv_est
-from verl.algorithms.core import LOSS_AGG_MODES, agg_loss, masked_mean, masked_sum, masked_var, masked_whiten
+from verl.algorithms.core import (
+    LOSS_AGG_MODES,
+    agg_loss,
+    compute_value_loss,
+    masked_mean,
+    masked_sum,
+    masked_var,
+    masked_whiten,
+)
 from verl.algorithms.kl import AdaptiveKLController, FixedKLController, get_kl_controller, kl_penalty
 from verl.algorithms.policy_losses import POLICY_LOSS_REGISTRY, get_policy_loss_fn, register_policy_loss
 
@@ -12,6 +20,7 @@ __all__ = [
     "AdaptiveKLController",
     "FixedKLController",
     "agg_loss",
+    "compute_value_loss",
     "get_adv_estimator_fn",
     "get_kl_controller",
     "get_policy_loss_fn",

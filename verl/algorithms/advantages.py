@@ -1,10 +1,14 @@
 """Advantage estimators, one registered function each.
 
 Every estimator takes ``token_level_rewards`` and ``response_mask`` (batch, response_length) plus
-whatever it needs by keyword (``index`` groups the samples of one prompt, ``values``, ``gamma``,
-``lam``, ``epsilon``, ``norm_adv_by_std_in_grpo``, ``config``) and returns
-``(advantages, returns)``, both (batch, response_length). The names and signatures are verl's, so
-an estimator written for verl registers here unchanged.
+whatever it needs by keyword (``index`` groups the samples of one prompt, ``values``,
+``reward_baselines``, ``gamma``, ``lam``, ``epsilon``, ``norm_adv_by_std_in_grpo``, ``config``) and
+returns ``(advantages, returns)``, both (batch, response_length) and zero on padding. Unused keywords
+are swallowed by ``**kwargs``, so the trainer can pass the same set to every estimator. The names and
+signatures are verl's, so an estimator written for verl registers here unchanged.
+
+Outcome estimators score a response by r_i = Σ_t rewards[i, t] and broadcast the advantage A_i over
+its tokens; the group helpers below (``_group_members``, ``_group_mean_std``) are shared by them.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.algorithms.core import masked_whiten
 from verl.utils.registry import Registry
 
 ADV_ESTIMATOR_REGISTRY = Registry("advantage estimator (algorithm.adv_estimator)")
@@ -30,8 +35,139 @@ def get_adv_estimator_fn(name: str) -> Callable[..., tuple[torch.Tensor, torch.T
     return ADV_ESTIMATOR_REGISTRY.lookup(name)
 
 
+# ----------------------------------------------------------------------------- group helpers
+
+
 def _group_ids(index: Any) -> list:
     return index.tolist() if isinstance(index, (np.ndarray, torch.Tensor)) else list(index)
+
+
+def _group_members(index: Any, batch_size: int) -> list[list[int]]:
+    """Row numbers of each group (samples sharing an ``index`` id), groups in order of first appearance."""
+    ids = _group_ids(index)
+    if len(ids) != batch_size:
+        raise ValueError(f"index has {len(ids)} group ids but the batch has {batch_size} samples")
+    groups: dict[Any, list[int]] = defaultdict(list)
+    for row, gid in enumerate(ids):
+        groups[gid].append(row)
+    return list(groups.values())
+
+
+def _group_mean_std(scores: torch.Tensor, index: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per sample: its group's mean score, unbiased std and size. A group of one gets mean 0, std 1."""
+    mean, std = torch.zeros_like(scores), torch.ones_like(scores)
+    size = torch.ones_like(scores)
+    for members in _group_members(index, scores.shape[0]):
+        if len(members) > 1:
+            group_scores = scores[members]
+            mean[members] = group_scores.mean()
+            std[members] = group_scores.std()
+            size[members] = len(members)
+    return mean, std, size
+
+
+def _broadcast(per_sample: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """(batch,) -> (batch, response_length), zero on padding."""
+    return per_sample.unsqueeze(-1) * response_mask
+
+
+# ----------------------------------------------------------------------------- token-level estimators
+
+
+@register_adv_est("gae")
+def compute_gae_advantage_return(
+    token_level_rewards: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    gamma: float | torch.Tensor = 1.0,
+    lam: float | torch.Tensor = 1.0,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE, the PPO estimator with a critic.
+
+    δ_t = r_t + γ·V_{t+1} − V_t;  A_t = δ_t + γλ·A_{t+1}, computed backwards over the response with
+    V and A beyond the last token 0. A token with mask 0 (padding, or an observation token inside a
+    multi-turn response) is skipped: V_{t+1} and A_{t+1} carry through it unchanged.
+    returns = A + V (before whitening); the advantages are then whitened over the batch's response
+    tokens. Both are zero on padding.
+    Schulman et al. 2015, High-Dimensional Continuous Control Using GAE (arXiv 1506.02438).
+    """
+    if values is None:
+        raise ValueError("adv_estimator=gae needs the critic's `values` (enable the critic)")
+    with torch.no_grad():
+        mask = response_mask.to(values.dtype)
+        next_values = torch.zeros_like(values[:, 0])
+        last_gae_lam = torch.zeros_like(values[:, 0])
+        advantages_reversed = []
+        for t in reversed(range(token_level_rewards.shape[-1])):
+            delta = token_level_rewards[:, t] + gamma * next_values - values[:, t]
+            gae_t = delta + gamma * lam * last_gae_lam
+            m = mask[:, t]
+            next_values = values[:, t] * m + (1 - m) * next_values
+            last_gae_lam = gae_t * m + (1 - m) * last_gae_lam
+            advantages_reversed.append(last_gae_lam)
+        advantages = torch.stack(advantages_reversed[::-1], dim=1)
+        returns = (advantages + values) * mask
+        advantages = masked_whiten(advantages, mask) * mask
+    return advantages, returns
+
+
+@register_adv_est("reinforce_plus_plus")
+def compute_reinforce_plus_plus_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    gamma: float | None = None,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++: discounted return-to-go, whitened over the batch (no critic, no groups).
+
+    G_t = r_t + γ·G_{t+1}, computed backwards; the running return is reset to 0 at every masked
+    position, so nothing right of the response's end leaks into it.
+    A = masked_whiten(G) · mask;  returns = G · mask.
+    ``gamma`` defaults to ``config.gamma`` (verl reads it from the config), else 1.
+    Hu 2025, REINFORCE++ (arXiv 2501.03262).
+    """
+    if gamma is None:
+        gamma = getattr(config, "gamma", 1.0) if config is not None else 1.0
+    with torch.no_grad():
+        mask = response_mask.to(token_level_rewards.dtype)
+        returns = torch.zeros_like(token_level_rewards)
+        running = torch.zeros_like(token_level_rewards[:, 0])
+        for t in reversed(range(token_level_rewards.shape[-1])):
+            running = token_level_rewards[:, t] + gamma * running
+            returns[:, t] = running
+            running = running * mask[:, t]
+        returns = returns * mask
+        advantages = masked_whiten(returns, mask) * mask
+    return advantages, returns
+
+
+@register_adv_est("remax")
+def compute_remax_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    reward_baselines: torch.Tensor,
+    response_mask: torch.Tensor,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ReMax: the reward of the greedy response to the same prompt is the baseline.
+
+    G_t = Σ_{t' ≥ t} m_{t'}·r_{t'} (reverse cumulative sum);  A_t = G_t − b_i with
+    b = ``reward_baselines`` (batch,);  returns = G. Both · mask.
+    Li et al. 2023, ReMax (arXiv 2310.10505).
+    """
+    if reward_baselines is None:
+        raise ValueError("adv_estimator=remax needs `reward_baselines` (the greedy response's reward)")
+    with torch.no_grad():
+        mask = response_mask.to(token_level_rewards.dtype)
+        returns = (token_level_rewards * mask).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1]) * mask
+        advantages = returns - _broadcast(reward_baselines.to(returns.dtype), mask)
+    return advantages, returns
+
+
+# ----------------------------------------------------------------------------- outcome (group) estimators
 
 
 @register_adv_est("grpo")
@@ -52,18 +188,140 @@ def compute_grpo_outcome_advantage(
     Shao et al. 2024, DeepSeekMath (arXiv 2402.03300).
     """
     scores = token_level_rewards.sum(dim=-1)
-    groups: dict[Any, list[int]] = defaultdict(list)
-    for i, gid in enumerate(_group_ids(index)):
-        groups[gid].append(i)
-    mean = torch.zeros_like(scores)
-    std = torch.ones_like(scores)
-    for members in groups.values():
-        if len(members) > 1:
-            group_scores = scores[members]
-            mean[members] = group_scores.mean()
-            std[members] = group_scores.std()
+    mean, std, _ = _group_mean_std(scores, index)
     advantages = scores - mean
     if norm_adv_by_std_in_grpo:
         advantages = advantages / (std + epsilon)
-    advantages = advantages.unsqueeze(-1) * response_mask
+    advantages = _broadcast(advantages, response_mask)
+    return advantages, advantages
+
+
+@register_adv_est("grpo_passk")
+def compute_grpo_passk_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Any,
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool = True,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pass@k training: only the best response of each group is credited.
+
+    A_best = r_max − r_second_max  (÷ (std_g r + ε), unbiased std, with ``norm_adv_by_std_in_grpo``);
+    every other response gets 0. Needs at least 2 responses per group.
+    Chen et al. 2025, Pass@k Training (arXiv 2503.19595).
+    """
+    scores = token_level_rewards.sum(dim=-1)
+    advantages = torch.zeros_like(scores)
+    for members in _group_members(index, scores.shape[0]):
+        if len(members) < 2:
+            raise ValueError(
+                f"adv_estimator=grpo_passk needs at least 2 responses per prompt; a group has {len(members)}"
+                " (set rollout.n >= 2)"
+            )
+        group_scores = scores[members]
+        top, top_pos = torch.topk(group_scores, 2)
+        advantage = top[0] - top[1]
+        if norm_adv_by_std_in_grpo:
+            advantage = advantage / (group_scores.std() + epsilon)
+        advantages[members[top_pos[0].item()]] = advantage
+    advantages = _broadcast(advantages, response_mask)
+    return advantages, advantages
+
+
+@register_adv_est("reinforce_plus_plus_baseline")
+def compute_reinforce_plus_plus_baseline_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Any,
+    epsilon: float = 1e-6,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++ with a group baseline: subtract the group mean, then whiten over the batch.
+
+    A_i = r_i − mean_g r  (a group of one: mean 0), broadcast over the tokens;
+    A = masked_whiten(A) · mask;  returns = A.
+    Hu 2025, REINFORCE++ (arXiv 2501.03262).
+    """
+    scores = token_level_rewards.sum(dim=-1)
+    mean, _, _ = _group_mean_std(scores, index)
+    mask = response_mask.to(scores.dtype)
+    advantages = masked_whiten(_broadcast(scores - mean, mask), mask) * mask
+    return advantages, advantages
+
+
+@register_adv_est("rloo")
+def compute_rloo_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Any,
+    epsilon: float = 1e-6,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RLOO: the mean of the *other* responses to the same prompt is the baseline.
+
+    A_i = r_i − mean_{j≠i} r_j = n/(n−1) · (r_i − mean_g r)  for a group of n ≥ 2;
+    a group of one has no other response and gets A_i = r_i (as in verl). Broadcast · mask.
+    Ahmadian et al. 2024, Back to Basics (arXiv 2402.14740).
+    """
+    scores = token_level_rewards.sum(dim=-1)
+    mean, _, size = _group_mean_std(scores, index)
+    scale = torch.where(size > 1, size / (size - 1).clamp_min(1), torch.ones_like(size))
+    advantages = _broadcast(scale * (scores - mean), response_mask)
+    return advantages, advantages
+
+
+@register_adv_est("opo")
+def compute_opo_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Any,
+    epsilon: float = 1e-6,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """OPO: the length-weighted group mean is the (optimal, on-policy) baseline.
+
+    b_g = Σ_j len_j·r_j / Σ_j len_j  (len = number of response tokens);  A_i = r_i − b_g;
+    a group of one gets b = 0. Broadcast · mask.
+    Hao et al. 2025, On-Policy RL with Optimal Reward Baseline (arXiv 2505.23585).
+    """
+    scores = token_level_rewards.sum(dim=-1)
+    lengths = response_mask.sum(dim=-1).to(scores.dtype)
+    baseline = torch.zeros_like(scores)
+    for members in _group_members(index, scores.shape[0]):
+        if len(members) > 1:
+            group_lengths = lengths[members]
+            baseline[members] = (group_lengths * scores[members]).sum() / group_lengths.sum().clamp_min(1)
+    advantages = _broadcast(scores - baseline, response_mask)
+    return advantages, advantages
+
+
+@register_adv_est("gpg")
+def compute_gpg_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Any,
+    epsilon: float = 1e-6,
+    f_norm: float = 1.0,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GPG: group-mean baseline, scaled up by the share of samples that carry a signal.
+
+    α = B / #{i : r_i ≠ 0} over the batch (α = 1 when every r_i is 0: then every A_i is 0 anyway);
+    A_i = α · (r_i − mean_g r) / f_norm  (a group of one: mean 0; f_norm = 1). Broadcast · mask.
+    As in verl, α counts samples with a non-zero *reward*; the paper's correction is meant to count
+    samples with a non-zero *advantage* (not in an all-equal group), so e.g. an all-correct group
+    with 0/1 rewards counts in the denominator here although its advantages are all 0.
+    Chu et al. 2025, GPG (arXiv 2504.02546).
+    """
+    scores = token_level_rewards.sum(dim=-1)
+    nonzero = int(torch.count_nonzero(scores))
+    alpha = scores.shape[0] / nonzero if nonzero else 1.0
+    mean, _, _ = _group_mean_std(scores, index)
+    advantages = _broadcast(alpha * (scores - mean) / f_norm, response_mask)
     return advantages, advantages

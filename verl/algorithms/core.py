@@ -71,3 +71,25 @@ def agg_loss(
         scale = loss_scale_factor if loss_scale_factor is not None else loss_mat.shape[-1]
         return seq_sums.sum() / (num_seqs * scale)
     raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}; choose one of {LOSS_AGG_MODES}")
+
+
+def compute_value_loss(
+    vpreds: torch.Tensor,
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    cliprange_value: float,
+    loss_agg_mode: str = "token-mean",
+    **agg_kwargs: float | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clipped PPO value loss (Schulman et al. 2017, arXiv 1707.06347).
+
+    v̂_clip = clip(v̂, v_old − c, v_old + c);  L_V = ½·agg(max((v̂ − R)², (v̂_clip − R)²)).
+    Returns the loss and the fraction of tokens where the clipped term was the larger (vf_clipfrac).
+    """
+    vpred_clipped = values + (vpreds - values).clamp(-cliprange_value, cliprange_value)
+    unclipped = (vpreds - returns) ** 2
+    clipped = (vpred_clipped - returns) ** 2
+    vf_loss = 0.5 * agg_loss(torch.maximum(unclipped, clipped), response_mask, loss_agg_mode, **agg_kwargs)
+    vf_clipfrac = masked_mean(torch.gt(clipped, unclipped).float(), response_mask)
+    return vf_loss, vf_clipfrac

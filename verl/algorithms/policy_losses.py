@@ -39,6 +39,19 @@ def _cfg(config: Any, key: str, default: Any) -> Any:
     return default if value is None else value
 
 
+def _loss_option(config: Any, key: str, default: Any) -> Any:
+    """A loss-specific option: ``config.policy_loss.<key>`` (where verl keeps the Clip-Cov / KL-Cov
+    knobs), else ``config.<key>`` (where verl keeps ``tau_pos``/``tau_neg``), else ``default``."""
+    value = _cfg(_cfg(config, "policy_loss", None), key, None)
+    return _cfg(config, key, default) if value is None else value
+
+
+def _clip_eps(config: Any, default: float = 0.2) -> tuple[float, float]:
+    """(ε_low, ε_high): ``clip_ratio_low`` / ``clip_ratio_high``, each falling back to ``clip_ratio``."""
+    clip_ratio = _cfg(config, "clip_ratio", default)
+    return _cfg(config, "clip_ratio_low", clip_ratio), _cfg(config, "clip_ratio_high", clip_ratio)
+
+
 def agg_kwargs(config: Any) -> dict[str, Any]:
     """The aggregation settings a loss passes on to `agg_loss` (scale factor, global counts)."""
     return {
@@ -97,3 +110,168 @@ def compute_policy_loss_vanilla(
         "actor/pg_clipfrac_lower": pg_clipfrac_lower.item(),
     }
     return loss, metrics
+
+
+@register_policy_loss("gspo")
+def compute_policy_loss_gspo(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """GSPO, Group Sequence Policy Optimization (Zheng et al. 2025, arXiv 2507.18071).
+
+    Δ = logπ − logπ_old;  s_i = mean_t Δ_i,t over the valid tokens of sequence i (the log of the
+    length-normalised sequence ratio (π(y_i)/π_old(y_i))^(1/|y_i|));
+    token log-ratio l_i,t = sg(s_i) + logπ_i,t − sg(logπ_i,t), clamped ≤ 10;  r_i,t = exp(l_i,t);
+    L_i,t = max(−A·r_i,t, −A·clip(r_i,t, 1−ε_low, 1+ε_high)).
+
+    Every token of sequence i has the value r_i,t = exp(s_i), so clipping acts per sequence, while the
+    gradient w.r.t. logπ_i,t is −A·exp(s_i) (the paper's GSPO-token form): the sequence ratio weighs
+    each token's log-likelihood gradient. With a per-sequence advantage this equals GSPO.
+
+    The loss is always aggregated with ``seq-mean-token-mean`` (the paper's 1/G Σ_i 1/|y_i| Σ_t),
+    whatever ``loss_agg_mode`` says, as in verl; ``global_num_seqs`` is still honoured.
+    Metrics: ``actor/pg_clipfrac`` (fraction of tokens whose clipped branch is taken), ``actor/ppo_kl``.
+    """
+    eps_low, eps_high = _clip_eps(config)
+    negative_approx_kl = log_prob - old_log_prob
+    seq_log_ratio = masked_mean(negative_approx_kl, response_mask, dim=-1)  # s_i, (batch,)
+    log_ratio = seq_log_ratio.detach().unsqueeze(-1) + log_prob - log_prob.detach()
+    ratio = torch.exp(torch.clamp(log_ratio, max=10.0))
+
+    losses_unclipped = -advantages * ratio
+    losses_clipped = -advantages * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    pg_losses = torch.maximum(losses_unclipped, losses_clipped)
+    pg_clipfrac = masked_mean(torch.gt(losses_clipped, losses_unclipped).float(), response_mask)
+    ppo_kl = masked_mean(-negative_approx_kl, response_mask)
+
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
+    loss = agg_loss(pg_losses, response_mask, "seq-mean-token-mean", **agg_kwargs(config))
+    return loss, {"actor/pg_clipfrac": pg_clipfrac.item(), "actor/ppo_kl": ppo_kl.item()}
+
+
+@register_policy_loss("sapo")
+def compute_policy_loss_sapo(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """SAPO, Soft Adaptive Policy Optimization (Gao et al. 2025, arXiv 2511.20347).
+
+    ρ = exp(clip(logπ − logπ_old, −20, 20));  τ = ``tau_pos`` (1.0) where A > 0, else ``tau_neg`` (1.05);
+    f(ρ) = σ(τ·(ρ − 1))·4/τ;  L = −f(ρ)·A.
+
+    The soft gate replaces the hard clip: at ρ = 1 the gradient w.r.t. logπ is exactly −A (like the
+    policy gradient, since f'(1)·1 = 4·σ(0)(1−σ(0)) = 1) and it decays smoothly as ρ leaves 1; a larger
+    τ for negative advantages damps them faster. The loss is always aggregated with
+    ``seq-mean-token-mean`` (as verl and the paper's per-sequence average), whatever ``loss_agg_mode``
+    says; ``global_num_seqs`` is still honoured. Metrics: ``actor/ppo_kl`` (no clipping to report).
+    """
+    tau_pos = float(_loss_option(config, "tau_pos", 1.0))
+    tau_neg = float(_loss_option(config, "tau_neg", 1.05))
+    negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
+    ratio = torch.exp(negative_approx_kl)
+    tau = torch.where(
+        advantages > 0,
+        torch.as_tensor(tau_pos, dtype=ratio.dtype, device=ratio.device),
+        torch.as_tensor(tau_neg, dtype=ratio.dtype, device=ratio.device),
+    )
+    gates = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
+    pg_losses = -gates * advantages
+    ppo_kl = masked_mean(-negative_approx_kl, response_mask)
+
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
+    loss = agg_loss(pg_losses, response_mask, "seq-mean-token-mean", **agg_kwargs(config))
+    return loss, {"actor/ppo_kl": ppo_kl.item()}
+
+
+@register_policy_loss("gpg")
+def compute_policy_loss_gpg(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """GPG, Group Policy Gradient (Chu et al. 2025, arXiv 2504.02546).
+
+    L = −logπ·A: the plain REINFORCE surrogate, no importance ratio and no clipping (GPG argues the
+    surrogate is unnecessary on-policy). Aggregated by ``loss_agg_mode``.
+    Metrics: ``actor/ppo_kl`` (mean of logπ_old − logπ, for monitoring only; the loss ignores it).
+    """
+    pg_losses = -log_prob * advantages
+    ppo_kl = masked_mean(-(log_prob - old_log_prob), response_mask)
+
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
+    loss = agg_loss(pg_losses, response_mask, loss_agg_mode, **agg_kwargs(config))
+    return loss, {"actor/ppo_kl": ppo_kl.item()}
+
+
+@register_policy_loss("cispo")
+def compute_policy_loss_cispo(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """CISPO, Clipped IS-weight Policy Optimization (MiniMax-M1, arXiv 2506.13585).
+
+    ρ = exp(clip(logπ − logπ_old, −20, 20));  L = −sg(clip(ρ, 1−ε_low, 1+ε_high))·A·logπ.
+
+    The importance weight is clipped and detached, so every token keeps a gradient (−w·A w.r.t.
+    logπ) — unlike PPO, which drops clipped tokens; the weight only bounds its size. Aggregated by
+    ``loss_agg_mode`` (the paper normalises by the token count: ``token-mean``).
+    Metrics: ``actor/pg_clipfrac`` (fraction of tokens whose weight was clipped, either side),
+    ``actor/ppo_kl``.
+    """
+    eps_low, eps_high = _clip_eps(config)
+    negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
+    ratio = torch.exp(negative_approx_kl)
+    clipped_ratio = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    pg_losses = -clipped_ratio.detach() * advantages * log_prob
+    pg_clipfrac = masked_mean((ratio != clipped_ratio).float(), response_mask)
+    ppo_kl = masked_mean(-negative_approx_kl, response_mask)
+
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
+    loss = agg_loss(pg_losses, response_mask, loss_agg_mode, **agg_kwargs(config))
+    return loss, {"actor/pg_clipfrac": pg_clipfrac.item(), "actor/ppo_kl": ppo_kl.item()}
+
+
+# Clip-Cov, KL-Cov and GMPO live in a second module; importing it registers them.
+from verl.algorithms.policy_losses_extra import (  # noqa: E402
+    compute_policy_loss_clip_cov,
+    compute_policy_loss_geo_mean,
+    compute_policy_loss_kl_cov,
+)
+
+__all__ = [
+    "POLICY_LOSS_REGISTRY",
+    "agg_kwargs",
+    "compute_policy_loss_cispo",
+    "compute_policy_loss_clip_cov",
+    "compute_policy_loss_geo_mean",
+    "compute_policy_loss_gpg",
+    "compute_policy_loss_gspo",
+    "compute_policy_loss_kl_cov",
+    "compute_policy_loss_sapo",
+    "compute_policy_loss_vanilla",
+    "get_policy_loss_fn",
+    "register_policy_loss",
+]

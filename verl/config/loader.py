@@ -163,7 +163,8 @@ def suggest_key(key: str, schema: type = TrainerConfig) -> str | None:
       ``actor_rollout_ref.actor.lrr`` -> ``actor_rollout_ref.actor.optim.lr``, ``data.total_epochs`` ->
       ``trainer.total_epochs``.
 
-    Ancestors of the key are never suggested. Below a score of 0.6 there is no suggestion.
+    A candidate that ends with the whole key (leading sections left out) scores at least 0.95, ties going
+    to the first declared. Ancestors of the key are never suggested. Below a score of 0.6 there is no suggestion.
     """
     leaf = key.rsplit(".", 1)[-1]
     parent = key.rpartition(".")[0]
@@ -176,6 +177,9 @@ def suggest_key(key: str, schema: type = TrainerConfig) -> str | None:
         by_path = _tail_ratio(key, cand)
         by_leaf = 0.8 * _leaf_similarity(leaf, c_leaf) + 0.2 * _tail_ratio(parent, c_parent)
         score = max(by_path, by_leaf)
+        if cand.endswith("." + key):
+            # Leading sections left out (``model.path``): most likely that key; the first declared wins a tie.
+            score = max(score, 0.95)
         if score > best_score + 1e-9:
             best, best_score = cand, score
     return best if best_score >= 0.6 else None

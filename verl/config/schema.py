@@ -228,6 +228,52 @@ class ActorRolloutRefConfig:
     """reference policy"""
 
 
+@dataclass
+class CriticModelConfig:
+    """``critic.model``: the value model, a causal LM backbone with a scalar head per token."""
+
+    path: Optional[str] = None
+    """model directory; None = the actor's model.path"""
+    tokenizer_path: Optional[str] = None
+    """tokenizer directory; None = the actor's tokenizer"""
+    trust_remote_code: bool = False
+    """allow custom modelling code from the model directory"""
+    torch_dtype: str = "float32"
+    """parameter dtype: float32 | bfloat16 | float16"""
+    attn_implementation: str = "sdpa"
+    """attention kernel: sdpa | eager | flash_attention_2"""
+    enable_gradient_checkpointing: bool = False
+    """recompute activations in backward to save memory"""
+
+
+@dataclass
+class CriticConfig:
+    """``critic``: the value function of PPO (GAE needs it; GRPO-family estimators do not)."""
+
+    enable: Optional[bool] = None
+    """build a critic; None = only when the advantage estimator needs values (gae)"""
+    model: CriticModelConfig = field(default_factory=CriticModelConfig)
+    """value model"""
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
+    """optimizer and learning-rate schedule of the critic"""
+    ppo_mini_batch_size: Optional[int] = None
+    """prompts per critic optimizer step; None = the actor's ppo_mini_batch_size"""
+    ppo_micro_batch_size_per_gpu: Optional[int] = None
+    """samples per forward/backward pass; None = the whole mini-batch"""
+    ppo_epochs: Optional[int] = None
+    """passes over the batch per RL step; None = the actor's ppo_epochs"""
+    shuffle: bool = False
+    """shuffle samples between critic mini-batches"""
+    cliprange_value: float = 0.5
+    """value clipping: predictions move at most this far from the old values"""
+    loss_agg_mode: str = "token-mean"
+    """aggregation of the value loss (same modes as the actor)"""
+    grad_clip: float = 1.0
+    """max global gradient norm"""
+    forward_micro_batch_size_per_gpu: Optional[int] = None
+    """samples per forward pass when computing values; None = whole batch"""
+
+
 # --------------------------------------------------------------------------------------------------------------
 # algorithm, reward
 # --------------------------------------------------------------------------------------------------------------
@@ -351,6 +397,8 @@ class TrainerConfig:
     """prompt data"""
     actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
     """policy model, its update, generation and the reference policy"""
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    """value model (PPO with GAE)"""
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     """advantage estimation and KL shaping"""
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)

@@ -25,6 +25,12 @@ class DerivedSizes:
     """micro-batches per optimizer step: mini_batch_samples // micro_batch_samples"""
     optimizer_steps_per_rl_step: int
     """ppo_epochs * train_batch_size // ppo_mini_batch_size"""
+    critic_mini_batch_samples: int = 0
+    """samples per critic optimizer step: critic.ppo_mini_batch_size (or the actor's) * rollout.n"""
+    critic_micro_batch_samples: int = 0
+    """samples per critic forward/backward pass"""
+    critic_ppo_epochs: int = 0
+    """critic passes over the batch per RL step (critic.ppo_epochs, or the actor's)"""
 
     def describe(self) -> str:
         """Readable multi-line summary for logs."""
@@ -50,6 +56,26 @@ class DerivedSizes:
         )
 
 
+def _mini_and_micro(
+    prompts: int, n: int, mini_prompts: int, micro_cfg: int | None, section: str
+) -> tuple[int, int]:
+    """Samples per mini-batch and per micro-batch of one trained role, with the divisibility checks."""
+    if mini_prompts < 1:
+        raise ConfigError(f"{section}.ppo_mini_batch_size must be >= 1, got {mini_prompts}")
+    if prompts % mini_prompts:
+        raise ConfigError(
+            f"data.train_batch_size ({prompts}) must be divisible by {section}.ppo_mini_batch_size ({mini_prompts})"
+        )
+    mini = mini_prompts * n
+    micro = mini if micro_cfg is None else int(micro_cfg)
+    if micro < 1 or mini % micro:
+        raise ConfigError(
+            f"{section}.ppo_micro_batch_size_per_gpu ({micro}) must divide the mini-batch of "
+            f"{mini} samples (ppo_mini_batch_size {mini_prompts} x rollout.n {n})"
+        )
+    return mini, micro
+
+
 def derive_sizes(cfg: DictConfig) -> DerivedSizes:
     """Compute the batch arithmetic of a TrainerConfig (see :class:`DerivedSizes`); raises ConfigError."""
     data, actor, rollout = cfg.data, cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
@@ -61,19 +87,17 @@ def derive_sizes(cfg: DictConfig) -> DerivedSizes:
             "data.train_batch_size, actor_rollout_ref.rollout.n and actor_rollout_ref.actor.ppo_mini_batch_size "
             f"must be >= 1; got {prompts}, {n}, {mini_prompts}"
         )
-    if prompts % mini_prompts:
-        raise ConfigError(
-            f"data.train_batch_size ({prompts}) must be divisible by "
-            f"actor_rollout_ref.actor.ppo_mini_batch_size ({mini_prompts})"
+    mini, micro = _mini_and_micro(
+        prompts, n, mini_prompts, actor.ppo_micro_batch_size_per_gpu, "actor_rollout_ref.actor"
+    )
+    critic = cfg.get("critic")
+    critic_mini = critic_micro = critic_epochs = 0
+    if critic is not None:
+        critic_mini_prompts = int(critic.ppo_mini_batch_size or mini_prompts)
+        critic_mini, critic_micro = _mini_and_micro(
+            prompts, n, critic_mini_prompts, critic.ppo_micro_batch_size_per_gpu, "critic"
         )
-    mini = mini_prompts * n
-    micro_cfg = actor.ppo_micro_batch_size_per_gpu
-    micro = mini if micro_cfg is None else int(micro_cfg)
-    if micro < 1 or mini % micro:
-        raise ConfigError(
-            f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu ({micro}) must divide the mini-batch of "
-            f"{mini} samples (ppo_mini_batch_size {mini_prompts} x rollout.n {n})"
-        )
+        critic_epochs = int(critic.ppo_epochs or actor.ppo_epochs)
     return DerivedSizes(
         prompts_per_step=prompts,
         samples_per_step=prompts * n,
@@ -81,4 +105,7 @@ def derive_sizes(cfg: DictConfig) -> DerivedSizes:
         micro_batch_samples=micro,
         grad_accum_steps=mini // micro,
         optimizer_steps_per_rl_step=int(actor.ppo_epochs) * prompts // mini_prompts,
+        critic_mini_batch_samples=critic_mini,
+        critic_micro_batch_samples=critic_micro,
+        critic_ppo_epochs=critic_epochs,
     )

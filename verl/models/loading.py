@@ -7,7 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 DTYPES = {
     "float32": torch.float32,
@@ -61,4 +68,29 @@ def load_hf_model(
         attn_implementation=attn_implementation,
         trust_remote_code=trust_remote_code,
         **kwargs,
+    )
+
+
+def load_value_model(
+    path: str | Path,
+    torch_dtype: str | torch.dtype = "float32",
+    attn_implementation: str | None = "sdpa",
+    trust_remote_code: bool = False,
+) -> PreTrainedModel:
+    """A causal LM's backbone with a scalar head on every token (``AutoModelForTokenClassification``, one label).
+
+    The head is new (randomly initialised) when ``path`` holds a causal LM; its dropout is switched off
+    so that values are a deterministic function of the weights.
+    """
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"model directory {path} does not exist")
+    config = AutoConfig.from_pretrained(str(path), num_labels=1, trust_remote_code=trust_remote_code)
+    config.classifier_dropout = 0.0  # read by transformers' token-classification heads
+    return AutoModelForTokenClassification.from_pretrained(
+        str(path),
+        config=config,
+        dtype=resolve_dtype(torch_dtype),
+        attn_implementation=attn_implementation,
+        trust_remote_code=trust_remote_code,
     )

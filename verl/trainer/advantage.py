@@ -30,6 +30,7 @@ def compute_advantage(data: DataProto, algorithm: Any) -> DataProto:
         response_mask=data.batch["response_mask"],
         index=data.non_tensor_batch["uid"],
         values=data.batch.get("values"),
+        reward_baselines=data.batch.get("reward_baselines"),
         gamma=algorithm.gamma,
         lam=algorithm.lam,
         norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,

@@ -32,6 +32,11 @@ def compute_data_metrics(batch: DataProto, max_response_length: int) -> dict[str
     metrics.update(_stats("critic/rewards", batch.batch["token_level_rewards"].sum(-1)))
     metrics.update(_stats("critic/advantages", batch.batch["advantages"][mask]))
     metrics.update(_stats("critic/returns", batch.batch["returns"][mask]))
+    if "values" in batch.batch:
+        values, returns = batch.batch["values"][mask], batch.batch["returns"][mask]
+        metrics.update(_stats("critic/values", values))
+        # 1 - Var(R - V) / Var(R): how much of the return the critic explains.
+        metrics["critic/vf_explained_var"] = (1.0 - (returns - values).var() / (returns.var() + 1e-8)).item()
     metrics.update(_stats("response_length", response_length))
     metrics["response_length/clip_ratio"] = (response_length >= max_response_length).float().mean().item()
     metrics.update(_stats("prompt_length", prompt_length))

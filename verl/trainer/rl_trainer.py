@@ -6,8 +6,9 @@ One step (``train_step``), in verl's order:
   3. reward: score each response (rule functions chosen by ``data_source``);
   4. old_log_prob: log-probs of the responses under the policy that sampled them;
   5. ref: log-probs under the frozen reference (only when a KL term is on);
-  6. adv: KL penalty in the reward (optional), then the advantage estimator;
-  7. update_actor: clipped policy-gradient epochs over mini-batches.
+  6. values: the critic's per-token values (only with a critic, e.g. GAE);
+  7. adv: KL penalty in the reward (optional), then the advantage estimator;
+  8. update_critic, then update_actor (after ``trainer.critic_warmup`` steps).
 Greedy validation on the held-out split runs every ``trainer.test_freq`` steps and at the end.
 """
 
@@ -32,7 +33,7 @@ from verl.utils.seeding import configure_torch_threads, set_seed
 from verl.utils.timing import marked_timer
 from verl.utils.tracking import Tracking
 from verl.workers.reward import load_reward_manager
-from verl.workers.roles import ActorRolloutRefWorker
+from verl.workers.roles import ActorRolloutRefWorker, CriticWorker
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,8 @@ class RLTrainer:
         set_seed(config.trainer.seed)
         actor_cfg = config.actor_rollout_ref.actor
         self.need_ref = config.algorithm.use_kl_in_reward or actor_cfg.use_kl_loss
+        enable_critic = config.critic.enable
+        self.need_critic = config.algorithm.adv_estimator == "gae" if enable_critic is None else enable_critic
         self.recompute_old_log_prob = actor_cfg.recompute_old_log_prob
         if self.recompute_old_log_prob is None:
             on_policy = self.sizes.optimizer_steps_per_rl_step == 1
@@ -90,6 +93,7 @@ class RLTrainer:
             cfg.trainer.total_training_steps or len(self.sampler) * cfg.trainer.total_epochs
         )
         self.actor_rollout = ActorRolloutRefWorker(cfg, self.total_training_steps, self.need_ref)
+        self.critic = CriticWorker(cfg, self.total_training_steps) if self.need_critic else None
 
     def _collate(self, items: list[dict]) -> DataProto:
         return collate_rl(items, self.tokenizer.pad_token_id)
@@ -194,6 +198,10 @@ class RLTrainer:
                 with marked_timer("ref", timing):
                     batch = batch.union(self.actor_rollout.compute_ref_log_prob(batch))
 
+            if self.need_critic:
+                with marked_timer("values", timing):
+                    batch = batch.union(self.critic.compute_values(batch))
+
             with marked_timer("adv", timing):
                 if algo.use_kl_in_reward:
                     metrics.update(apply_kl_penalty(batch, self.kl_ctrl, algo.kl_penalty))
@@ -201,9 +209,15 @@ class RLTrainer:
                     batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
                 batch = compute_advantage(batch, algo)
 
-            with marked_timer("update_actor", timing):
-                batch.meta_info["sizes"] = self.sizes
-                metrics.update(self.actor_rollout.update_actor(batch).meta_info["metrics"])
+            batch.meta_info["sizes"] = self.sizes
+            if self.need_critic:
+                with marked_timer("update_critic", timing):
+                    metrics.update(self.critic.update_critic(batch).meta_info["metrics"])
+
+            # Critic warm-up: the first steps only fit the value function, the policy waits.
+            if self.global_steps > self.config.trainer.critic_warmup:
+                with marked_timer("update_actor", timing):
+                    metrics.update(self.actor_rollout.update_actor(batch).meta_info["metrics"])
 
         metrics.update(compute_data_metrics(batch, self.config.data.max_response_length))
         metrics.update({f"timing_s/{k}": v for k, v in timing.items()})

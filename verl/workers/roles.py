@@ -12,9 +12,10 @@ from typing import Any
 
 import torch
 
-from verl.models import load_hf_model, load_tokenizer
+from verl.models import load_hf_model, load_tokenizer, load_value_model
 from verl.protocol import DataProto
 from verl.workers.actor import Actor
+from verl.workers.critic import Critic
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
 from verl.workers.rollout import SamplingParams, get_rollout_class
 
@@ -104,3 +105,38 @@ class ActorRolloutRefWorker:
         """Write the current policy as a HuggingFace directory (weights, config, tokenizer)."""
         self.module.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
+
+
+class CriticWorker:
+    """The value model of PPO, built from ``critic.model`` (by default the actor's model directory)."""
+
+    def __init__(self, config: Any, total_training_steps: int) -> None:
+        self.config = config
+        critic_cfg = config.critic
+        model_cfg = critic_cfg.model
+        path = model_cfg.path or config.actor_rollout_ref.model.path
+        self.module = load_value_model(
+            path,
+            torch_dtype=model_cfg.torch_dtype,
+            attn_implementation=model_cfg.attn_implementation,
+            trust_remote_code=model_cfg.trust_remote_code,
+        )
+        if model_cfg.enable_gradient_checkpointing:
+            self.module.gradient_checkpointing_enable()
+        optimizer = build_optimizer(self.module.parameters(), critic_cfg.optim)
+        lr_scheduler = build_lr_scheduler(optimizer, critic_cfg.optim, total_training_steps)
+        self.critic = Critic(self.module, critic_cfg, optimizer, lr_scheduler)
+
+    def compute_values(self, data: DataProto) -> DataProto:
+        values = self.critic.compute_values(data, self.config.critic.forward_micro_batch_size_per_gpu)
+        return DataProto.from_dict(tensors={"values": values})
+
+    def update_critic(self, data: DataProto) -> DataProto:
+        sizes = data.meta_info["sizes"]
+        metrics = self.critic.update_critic(
+            data,
+            mini_batch_size=sizes.critic_mini_batch_samples,
+            micro_batch_size=sizes.critic_micro_batch_samples,
+            epochs=sizes.critic_ppo_epochs,
+        )
+        return DataProto(meta_info={"metrics": metrics})
