@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
-from verl.config import load_config
+from verl.config import list_recipes, load_config
 from verl.data import iterate_batches
 from verl.models import load_hf_model
 from verl.protocol import DataProto
@@ -48,10 +49,10 @@ def parity_reward(data: DataProto, return_dict: bool = False):
     return {"reward_tensor": reward, "reward_extra_info": {}} if return_dict else reward
 
 
-def small_config(model_dir, files, out_dir, *extra):
+def small_config(model_dir, files, out_dir, *extra, recipe="grpo"):
     train, test = files
     return load_config(
-        "grpo",
+        recipe,
         [
             f"data.train_files={train}",
             f"data.val_files={test}",
@@ -195,3 +196,23 @@ def test_ppo_with_critic_and_warmup(tiny_model_dir, arithmetic_files, tmp_path):
     assert any(
         not torch.equal(actor_before[k], v) for k, v in trainer.actor_rollout.module.state_dict().items()
     )
+
+
+RL_RECIPES = [name for name in list_recipes() if name != "sft"]
+
+
+@pytest.mark.parametrize("recipe", RL_RECIPES)
+def test_every_recipe_runs_two_steps(recipe, tiny_model_dir, arithmetic_files, tmp_path):
+    config = small_config(
+        tiny_model_dir,
+        arithmetic_files,
+        tmp_path,
+        "trainer.val_before_train=false",
+        "trainer.critic_warmup=0",
+        recipe=recipe,
+    )
+    summary = RLTrainer(config, reward_fn=parity_reward).fit()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2]
+    assert all(np.isfinite(r["actor/pg_loss"]) for r in records)
+    assert "val-core/arithmetic/acc/mean@1" in summary["val_after"]

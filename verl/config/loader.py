@@ -298,6 +298,29 @@ def _load_yaml(path: Path) -> tuple[DictConfig, dict[str, Any]]:
     return loaded, typing.cast(dict, OmegaConf.to_container(loaded, resolve=False))
 
 
+BASE_KEY = "base"
+
+
+def _recipe_chain(path: Path) -> list[Path]:
+    """The recipe and the recipes it builds on, base first.
+
+    A recipe builds on another with a top-level ``base: <recipe name or path>``: it then only lists
+    what it changes, and the chain is merged base first.
+    """
+    chain = [path]
+    while True:
+        src, _ = _load_yaml(chain[0])
+        base = src.get(BASE_KEY)
+        if base is None:
+            return chain
+        # A path relative to the recipe that names it, else a recipe name or path as on the command line.
+        relative = chain[0].parent / str(base)
+        base_path = relative.resolve() if relative.is_file() else resolve_recipe(str(base))
+        if base_path in chain:
+            raise ConfigError(f"{chain[0]}: recipe base chain loops back to {base_path}")
+        chain.insert(0, base_path)
+
+
 def load_config(
     config: str | Path | None = None,
     overrides: Sequence[str] = (),
@@ -320,11 +343,13 @@ def load_config(
     if config is None:
         config = _default_recipe(schema)
     if config is not None:
-        path = resolve_recipe(config)
-        where = f"{path}: "
-        src, plain = _load_yaml(path)
-        _check_keys(plain, schema, where)
-        cfg = _merge(cfg, src, plain, schema, where)
+        for path in _recipe_chain(resolve_recipe(config)):
+            where = f"{path}: "
+            src, plain = _load_yaml(path)
+            src.pop(BASE_KEY, None)
+            plain.pop(BASE_KEY, None)
+            _check_keys(plain, schema, where)
+            cfg = _merge(cfg, src, plain, schema, where)
 
     for override in overrides:
         dot, plain = _parse_override(override)
