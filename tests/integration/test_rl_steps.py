@@ -216,3 +216,7 @@ def test_every_recipe_runs_two_steps(recipe, tiny_model_dir, arithmetic_files, t
     assert [r["step"] for r in records] == [1, 2]
     assert all(np.isfinite(r["actor/pg_loss"]) for r in records)
     assert "val-core/arithmetic/acc/mean@1" in summary["val_after"]
+    if recipe == "remax":
+        assert "timing_s/gen_max" in records[-1]  # the greedy baseline rollout ran
+    if recipe == "ppo":
+        assert "critic/vf_loss" in records[-1]

@@ -105,7 +105,21 @@ class PolicyLossConfig:
     """``actor_rollout_ref.actor.policy_loss``: which policy-gradient loss to use."""
 
     loss_mode: str = "vanilla"
-    """policy loss variant (vanilla = PPO clipped surrogate with dual clip)"""
+    """policy loss: vanilla (PPO clip + dual clip) | gspo | sapo | gpg | clip_cov | kl_cov | geo_mean | cispo"""
+    clip_cov_ratio: float = 2e-4
+    """clip_cov: fraction of tokens whose gradient is removed"""
+    clip_cov_lb: float = 1.0
+    """clip_cov: lower bound of the covariance band of candidate tokens"""
+    clip_cov_ub: float = 5.0
+    """clip_cov: upper bound of the covariance band of candidate tokens"""
+    kl_cov_ratio: float = 2e-4
+    """kl_cov: fraction of tokens (highest covariance) that get the |log-ratio| penalty"""
+    ppo_kl_coef: float = 1.0
+    """kl_cov: coefficient of the |log-ratio| penalty"""
+    tau_pos: float = 1.0
+    """sapo: gate temperature for positive advantages"""
+    tau_neg: float = 1.05
+    """sapo: gate temperature for negative advantages"""
 
 
 @dataclass

@@ -176,10 +176,17 @@ class RLTrainer:
             batch.non_tensor_batch["uid"] = np.array(
                 [f"{self.global_steps}-{i}" for i in range(len(batch))], dtype=object
             )
+            if algo.adv_estimator == "remax":
+                # ReMax's baseline: the reward of the greedy response to the same prompt.
+                with marked_timer("gen_max", timing):
+                    greedy, reward = self.generate_and_score(batch, self.reward_fn, validate=True)
+                    baselines = reward["reward_tensor"].sum(-1).repeat_interleave(n)
             batch = batch.repeat(n, interleave=True)
             prompts = batch.pop(batch_keys=PROMPT_KEYS)
             with marked_timer("gen", timing):
                 batch = batch.union(self.actor_rollout.generate_sequences(prompts))
+            if algo.adv_estimator == "remax":
+                batch.batch["reward_baselines"] = baselines
 
             with marked_timer("reward", timing):
                 reward = self.reward_fn(batch, return_dict=True)
@@ -237,12 +244,17 @@ class RLTrainer:
                 self.val_dataset[i] for i in range(start, min(start + batch_size, len(self.val_dataset)))
             ]
             batch = self._collate(items).repeat(val_kwargs.n, interleave=True)
-            prompts = batch.pop(batch_keys=PROMPT_KEYS)
-            prompts.meta_info["validate"] = True
-            batch = batch.union(self.actor_rollout.generate_sequences(prompts))
-            reward = self.val_reward_fn(batch, return_dict=True)
+            batch, reward = self.generate_and_score(batch, self.val_reward_fn, validate=True)
             scores += reward["reward_tensor"].sum(-1).tolist()
             sources += list(batch.non_tensor_batch[self.config.data.reward_fn_key])
             for key, values in reward["reward_extra_info"].items():
                 extra.setdefault(key, []).extend(values)
         return compute_validation_metrics(sources, scores, extra, n=val_kwargs.n)
+
+    def generate_and_score(self, batch: DataProto, reward_fn: Any, validate: bool) -> tuple[DataProto, dict]:
+        """Generate one response per row (greedy ``val_kwargs`` when ``validate``) and score it."""
+        batch = batch.select(deepcopy=False)
+        prompts = batch.pop(batch_keys=PROMPT_KEYS)
+        prompts.meta_info["validate"] = validate
+        batch = batch.union(self.actor_rollout.generate_sequences(prompts))
+        return batch, reward_fn(batch, return_dict=True)
