@@ -220,3 +220,34 @@ def test_every_recipe_runs_two_steps(recipe, tiny_model_dir, arithmetic_files, t
         assert "timing_s/gen_max" in records[-1]  # the greedy baseline rollout ran
     if recipe == "ppo":
         assert "critic/vf_loss" in records[-1]
+
+
+def test_dynamic_sampling_fills_the_batch_with_varied_groups(tiny_model_dir, arithmetic_files, tmp_path):
+    config = small_config(
+        tiny_model_dir,
+        arithmetic_files,
+        tmp_path,
+        "algorithm.filter_groups.enable=true",
+        "algorithm.filter_groups.max_num_gen_batches=20",
+        "trainer.total_training_steps=1",
+        "trainer.val_before_train=false",
+    )
+
+    def first_token_reward(data, return_dict=False):
+        """1 when the first response token is even: about half the groups of 4 end up uniform and are dropped."""
+        reward = torch.zeros(data.batch["responses"].shape)
+        reward[:, 0] = (data.batch["responses"][:, 0] % 2 == 0).float()
+        return {"reward_tensor": reward, "reward_extra_info": {}} if return_dict else reward
+
+    trainer = RLTrainer(config, reward_fn=first_token_reward)
+    trained = []
+    update = trainer.actor_rollout.update_actor
+    trainer.actor_rollout.update_actor = lambda batch: trained.append(batch) or update(batch)
+    batches = iterate_batches(trainer.train_dataset, trainer.sampler, trainer._collate, num_epochs=None)
+    trainer.global_steps = 1
+    metrics = trainer.train_step(next(batches), batches)
+    assert metrics["train/num_gen_batches"] >= 1
+    (batch,) = trained
+    assert len(batch) == 4 * 4  # data.train_batch_size groups of rollout.n
+    scores = batch.batch["token_level_scores"].sum(-1).view(4, 4)
+    assert all(len(set(group.tolist())) > 1 for group in scores)  # every group trained on has varied rewards

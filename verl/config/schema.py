@@ -306,6 +306,18 @@ class KLControlConfig:
 
 
 @dataclass
+class FilterGroupsConfig:
+    """``algorithm.filter_groups``: DAPO's dynamic sampling."""
+
+    enable: bool = False
+    """drop groups whose responses all score the same and generate more until the batch is full"""
+    metric: str = "seq_reward"
+    """what must vary within a group: seq_reward | seq_final_reward | a field of the reward (e.g. acc)"""
+    max_num_gen_batches: int = 0
+    """give up (with an error) after this many generation batches in one step; 0 = no limit"""
+
+
+@dataclass
 class AlgorithmConfig:
     """``algorithm``: advantage estimation and reward shaping."""
 
@@ -323,6 +335,8 @@ class AlgorithmConfig:
     """KL estimator for the in-reward penalty: kl | abs | mse | low_var_kl | full"""
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     """KL coefficient controller"""
+    filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+    """DAPO dynamic sampling"""
 
 
 @dataclass
@@ -336,13 +350,27 @@ class CustomRewardFunctionConfig:
 
 
 @dataclass
+class OverlongBufferConfig:
+    """``reward_model.overlong_buffer`` (DAPO's soft overlong punishment, used by the ``dapo`` manager)."""
+
+    enable: bool = False
+    """penalise responses that run into the last ``len`` tokens of max_response_length"""
+    len: int = 4
+    """length of the penalty ramp at the end of the response budget, in tokens"""
+    penalty_factor: float = 1.0
+    """penalty at the full response length (linear ramp from 0 at max_response_length - len)"""
+
+
+@dataclass
 class RewardModelConfig:
     """``reward_model``: how rewards are computed."""
 
     reward_manager: str = "naive"
-    """reward manager: naive"""
+    """reward manager: naive | dapo (naive + overlong reward shaping)"""
     num_examine: int = 0
     """decoded samples per batch to print for inspection"""
+    overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
+    """DAPO overlong reward shaping (reward_manager=dapo)"""
 
 
 # --------------------------------------------------------------------------------------------------------------

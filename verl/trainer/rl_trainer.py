@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +132,7 @@ class RLTrainer:
         metrics: dict[str, float] = {}
         for step in range(1, self.total_training_steps + 1):
             self.global_steps = step
-            metrics = self.train_step(next(batches))
+            metrics = self.train_step(next(batches), batches)
             is_last = step == self.total_training_steps
             if self.val_dataset is not None and (
                 (cfg.test_freq > 0 and step % cfg.test_freq == 0) or is_last
@@ -165,32 +166,21 @@ class RLTrainer:
         self.actor_rollout.save_hf(str(path))
         return path
 
-    def train_step(self, batch: DataProto) -> dict[str, float]:
-        """One RL step on a batch of prompts; returns its metrics."""
+    def train_step(
+        self, batch: DataProto, more_prompts: Iterator[DataProto] | None = None
+    ) -> dict[str, float]:
+        """One RL step on a batch of prompts; returns its metrics.
+
+        ``more_prompts`` supplies further batches when dynamic sampling (``algorithm.filter_groups``)
+        drops groups and has to generate more to fill the step.
+        """
         algo = self.config.algorithm
-        n = self.config.actor_rollout_ref.rollout.n
         timing: dict[str, float] = {}
         metrics: dict[str, float] = {}
         with marked_timer("step", timing):
-            # One uid per prompt: the n responses to it form one group for the advantage baseline.
-            batch.non_tensor_batch["uid"] = np.array(
-                [f"{self.global_steps}-{i}" for i in range(len(batch))], dtype=object
-            )
-            if algo.adv_estimator == "remax":
-                # ReMax's baseline: the reward of the greedy response to the same prompt.
-                with marked_timer("gen_max", timing):
-                    greedy, reward = self.generate_and_score(batch, self.reward_fn, validate=True)
-                    baselines = reward["reward_tensor"].sum(-1).repeat_interleave(n)
-            batch = batch.repeat(n, interleave=True)
-            prompts = batch.pop(batch_keys=PROMPT_KEYS)
-            with marked_timer("gen", timing):
-                batch = batch.union(self.actor_rollout.generate_sequences(prompts))
-            if algo.adv_estimator == "remax":
-                batch.batch["reward_baselines"] = baselines
-
-            with marked_timer("reward", timing):
-                reward = self.reward_fn(batch, return_dict=True)
-                batch.batch["token_level_scores"] = reward["reward_tensor"]
+            batch = self.rollout_and_score(batch, timing, tag="0")
+            if algo.filter_groups.enable:
+                batch = self.fill_with_varied_groups(batch, more_prompts, timing, metrics)
 
             if self.recompute_old_log_prob:
                 with marked_timer("old_log_prob", timing):
@@ -232,6 +222,64 @@ class RLTrainer:
         metrics["training/global_step"] = self.global_steps
         return metrics
 
+    def rollout_and_score(self, batch: DataProto, timing: dict[str, float], tag: str) -> DataProto:
+        """Repeat each prompt ``rollout.n`` times, generate, and score: the start of every RL step."""
+        algo = self.config.algorithm
+        n = self.config.actor_rollout_ref.rollout.n
+        # One uid per prompt: the n responses to it form one group for the advantage baseline.
+        batch.non_tensor_batch["uid"] = np.array(
+            [f"{self.global_steps}-{tag}-{i}" for i in range(len(batch))], dtype=object
+        )
+        if algo.adv_estimator == "remax":
+            # ReMax's baseline: the reward of the greedy response to the same prompt.
+            with marked_timer("gen_max", timing):
+                _, greedy_reward = self.generate_and_score(batch, self.reward_fn, validate=True)
+                baselines = greedy_reward["reward_tensor"].sum(-1).repeat_interleave(n)
+        batch = batch.repeat(n, interleave=True)
+        prompts = batch.pop(batch_keys=PROMPT_KEYS)
+        with marked_timer("gen", timing):
+            batch = batch.union(self.actor_rollout.generate_sequences(prompts))
+        if algo.adv_estimator == "remax":
+            batch.batch["reward_baselines"] = baselines
+
+        with marked_timer("reward", timing):
+            reward = self.reward_fn(batch, return_dict=True)
+            batch.batch["token_level_scores"] = reward["reward_tensor"]
+            for key, values in reward["reward_extra_info"].items():
+                batch.non_tensor_batch[key] = np.array(values, dtype=object)
+        return batch
+
+    def fill_with_varied_groups(
+        self, batch: DataProto, more_prompts: Iterator[DataProto] | None, timing: dict, metrics: dict
+    ) -> DataProto:
+        """DAPO dynamic sampling (Yu et al. 2025, arXiv 2503.14476).
+
+        A group whose responses all score the same has zero advantage and teaches nothing: drop it,
+        and generate from further prompts until ``data.train_batch_size`` groups remain (at most
+        ``filter_groups.max_num_gen_batches`` generation batches; 0 = no limit).
+        """
+        cfg = self.config.algorithm.filter_groups
+        n = self.config.actor_rollout_ref.rollout.n
+        wanted = self.config.data.train_batch_size
+        kept, num_groups, generated = [], 0, 0
+        while True:
+            generated += 1
+            varied = _varied_groups(batch, cfg.metric)
+            kept.append(varied)
+            num_groups += len(varied) // n
+            if num_groups >= wanted:
+                break
+            if more_prompts is None or (cfg.max_num_gen_batches > 0 and generated >= cfg.max_num_gen_batches):
+                raise RuntimeError(
+                    f"dynamic sampling found {num_groups} of {wanted} groups with varied rewards after {generated} "
+                    "generation batches; raise algorithm.filter_groups.max_num_gen_batches, lower "
+                    "data.train_batch_size, or check that the task is neither too easy nor too hard for the model"
+                )
+            batch = self.rollout_and_score(next(more_prompts), timing, tag=str(generated))
+        metrics["train/num_gen_batches"] = generated
+        # Groups are contiguous (interleaved repeat), so the first wanted * n rows are whole groups.
+        return DataProto.concat(kept)[: wanted * n]
+
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
         """Greedy (``rollout.val_kwargs``) generation on the whole validation set, scored by the reward."""
@@ -258,3 +306,23 @@ class RLTrainer:
         prompts.meta_info["validate"] = validate
         batch = batch.union(self.actor_rollout.generate_sequences(prompts))
         return batch, reward_fn(batch, return_dict=True)
+
+
+def _varied_groups(batch: DataProto, metric: str) -> DataProto:
+    """The rows of ``batch`` whose group (same uid) does not have the same ``metric`` for every response."""
+    if metric == "seq_reward":
+        values = batch.batch["token_level_scores"].sum(-1).tolist()
+    elif metric == "seq_final_reward":
+        values = batch.batch["token_level_rewards"].sum(-1).tolist()
+    elif metric in batch.non_tensor_batch:
+        values = list(batch.non_tensor_batch[metric])
+    else:
+        raise ValueError(
+            f"algorithm.filter_groups.metric={metric!r}: choose seq_reward, seq_final_reward, or a field the reward "
+            f"function returns (available: {sorted(batch.non_tensor_batch)})"
+        )
+    by_group: dict[Any, set] = {}
+    for uid, value in zip(batch.non_tensor_batch["uid"], values, strict=True):
+        by_group.setdefault(uid, set()).add(value)
+    keep = [i for i, uid in enumerate(batch.non_tensor_batch["uid"]) if len(by_group[uid]) > 1]
+    return batch.select_idxs(keep)

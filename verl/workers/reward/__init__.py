@@ -1,5 +1,6 @@
 """Rule-based rewards: scorers, the data_source dispatch, and reward managers."""
 
+from verl.workers.reward import dapo  # noqa: F401  (registers "dapo")
 from verl.workers.reward.manager import (
     REWARD_MANAGERS,
     NaiveRewardManager,

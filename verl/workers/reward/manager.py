@@ -191,6 +191,13 @@ class NaiveRewardManager:
         self.compute_score = compute_score or default_compute_score
         self.reward_fn_key = reward_fn_key
 
+    @classmethod
+    def from_config(
+        cls, config: Any, tokenizer: Any, num_examine: int, compute_score: ComputeScoreFn, **kwargs: Any
+    ):
+        """Build from a trainer config; managers that need more settings override this."""
+        return cls(tokenizer=tokenizer, num_examine=num_examine, compute_score=compute_score, **kwargs)
+
     def _decode(self, ids: torch.Tensor) -> str:
         return self.tokenizer.decode(ids.tolist(), skip_special_tokens=True)
 
@@ -363,4 +370,4 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, **kwa
     manager_cls = get_reward_manager_cls(manager_name)
     compute_score = get_custom_reward_fn(config) or default_compute_score
     kwargs.setdefault("reward_fn_key", _cfg_get(_cfg_get(config, "data"), "reward_fn_key", "data_source"))
-    return manager_cls(tokenizer=tokenizer, num_examine=num_examine, compute_score=compute_score, **kwargs)
+    return manager_cls.from_config(config, tokenizer, num_examine, compute_score, **kwargs)

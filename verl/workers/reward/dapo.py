@@ -1,0 +1,64 @@
+"""DAPO's reward manager: rule scores plus a soft penalty for responses that run into the length limit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from verl.workers.reward.manager import NaiveRewardManager, register_reward_manager
+
+
+def overlong_penalty(
+    response_length: torch.Tensor, max_resp_len: int, buffer_len: int, factor: float
+) -> torch.Tensor:
+    """Yu et al. 2025 (DAPO, arXiv 2503.14476), soft overlong punishment.
+
+    With L_exp = max_resp_len − buffer_len: penalty = min(−(L − L_exp) / buffer_len · factor, 0), so 0 up
+    to L_exp, then falling linearly to −factor at max_resp_len.
+    """
+    expected = max_resp_len - buffer_len
+    return torch.clamp(-(response_length.float() - expected) / buffer_len * factor, max=0.0)
+
+
+@register_reward_manager("dapo")
+class DAPORewardManager(NaiveRewardManager):
+    """``reward_model.reward_manager=dapo``: the naive manager's scores + the overlong penalty when enabled."""
+
+    def __init__(
+        self, *args: Any, max_resp_len: int | None = None, overlong_buffer: Any = None, **kwargs: Any
+    ):
+        super().__init__(*args, **kwargs)
+        self.overlong_buffer = overlong_buffer
+        if overlong_buffer is not None and overlong_buffer.enable:
+            if max_resp_len is None or not 0 < overlong_buffer.len < max_resp_len:
+                raise ValueError(
+                    f"reward_model.overlong_buffer.len ({overlong_buffer.len}) must be in (0, "
+                    f"data.max_response_length={max_resp_len})"
+                )
+        self.max_resp_len = max_resp_len
+
+    @classmethod
+    def from_config(cls, config: Any, tokenizer: Any, num_examine: int, compute_score: Any, **kwargs: Any):
+        return cls(
+            tokenizer=tokenizer,
+            num_examine=num_examine,
+            compute_score=compute_score,
+            max_resp_len=config.data.max_response_length,
+            overlong_buffer=config.reward_model.overlong_buffer,
+            **kwargs,
+        )
+
+    def __call__(self, data: Any, return_dict: bool = False) -> torch.Tensor | dict[str, Any]:
+        result = super().__call__(data, return_dict=True)
+        buffer = self.overlong_buffer
+        if buffer is not None and buffer.enable and "rm_scores" not in data.batch:
+            mask = data.batch["response_mask"]
+            lengths = mask.sum(-1)
+            penalty = overlong_penalty(lengths, self.max_resp_len, buffer.len, buffer.penalty_factor)
+            last = (lengths - 1).clamp_min(0).long()
+            rows = torch.arange(len(lengths))
+            result["reward_tensor"][rows, last] += penalty
+            result["reward_extra_info"]["overlong_reward"] = penalty.tolist()
+            result["reward_extra_info"]["overlong"] = (lengths > self.max_resp_len - buffer.len).tolist()
+        return result if return_dict else result["reward_tensor"]
