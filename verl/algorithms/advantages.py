@@ -210,7 +210,7 @@ def compute_grpo_passk_outcome_advantage(
 
     A_best = r_max − r_second_max  (÷ (std_g r + ε), unbiased std, with ``norm_adv_by_std_in_grpo``);
     every other response gets 0. Needs at least 2 responses per group.
-    Chen et al. 2025, Pass@k Training (arXiv 2503.19595).
+    Tang et al. 2025, Optimizing Language Models for Inference Time Objectives using RL (arXiv 2503.19595).
     """
     scores = token_level_rewards.sum(dim=-1)
     advantages = torch.zeros_like(scores)

@@ -61,6 +61,19 @@ def agg_kwargs(config: Any) -> dict[str, Any]:
     }
 
 
+def aggregate_pg_losses(
+    pg_losses: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str,
+    config: Any,
+    rollout_is_weights: torch.Tensor | None,
+) -> torch.Tensor:
+    """Weight per-token losses by the rollout importance weights (when given), then aggregate."""
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
+    return agg_loss(pg_losses, response_mask, loss_agg_mode, **agg_kwargs(config))
+
+
 @register_policy_loss("vanilla")
 def compute_policy_loss_vanilla(
     old_log_prob: torch.Tensor,
@@ -101,9 +114,7 @@ def compute_policy_loss_vanilla(
         ((clip_losses > -advantages * clip_c) & (advantages < 0)).float(), response_mask
     )
 
-    if rollout_is_weights is not None:
-        pg_losses = pg_losses * rollout_is_weights
-    loss = agg_loss(pg_losses, response_mask, loss_agg_mode, **agg_kwargs(config))
+    loss = aggregate_pg_losses(pg_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
     metrics = {
         "actor/pg_clipfrac": pg_clipfrac.item(),
         "actor/ppo_kl": ppo_kl.item(),
@@ -149,9 +160,7 @@ def compute_policy_loss_gspo(
     pg_clipfrac = masked_mean(torch.gt(losses_clipped, losses_unclipped).float(), response_mask)
     ppo_kl = masked_mean(-negative_approx_kl, response_mask)
 
-    if rollout_is_weights is not None:
-        pg_losses = pg_losses * rollout_is_weights
-    loss = agg_loss(pg_losses, response_mask, "seq-mean-token-mean", **agg_kwargs(config))
+    loss = aggregate_pg_losses(pg_losses, response_mask, "seq-mean-token-mean", config, rollout_is_weights)
     return loss, {"actor/pg_clipfrac": pg_clipfrac.item(), "actor/ppo_kl": ppo_kl.item()}
 
 
@@ -189,9 +198,7 @@ def compute_policy_loss_sapo(
     pg_losses = -gates * advantages
     ppo_kl = masked_mean(-negative_approx_kl, response_mask)
 
-    if rollout_is_weights is not None:
-        pg_losses = pg_losses * rollout_is_weights
-    loss = agg_loss(pg_losses, response_mask, "seq-mean-token-mean", **agg_kwargs(config))
+    loss = aggregate_pg_losses(pg_losses, response_mask, "seq-mean-token-mean", config, rollout_is_weights)
     return loss, {"actor/ppo_kl": ppo_kl.item()}
 
 
@@ -214,9 +221,7 @@ def compute_policy_loss_gpg(
     pg_losses = -log_prob * advantages
     ppo_kl = masked_mean(-(log_prob - old_log_prob), response_mask)
 
-    if rollout_is_weights is not None:
-        pg_losses = pg_losses * rollout_is_weights
-    loss = agg_loss(pg_losses, response_mask, loss_agg_mode, **agg_kwargs(config))
+    loss = aggregate_pg_losses(pg_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
     return loss, {"actor/ppo_kl": ppo_kl.item()}
 
 
@@ -248,9 +253,7 @@ def compute_policy_loss_cispo(
     pg_clipfrac = masked_mean((ratio != clipped_ratio).float(), response_mask)
     ppo_kl = masked_mean(-negative_approx_kl, response_mask)
 
-    if rollout_is_weights is not None:
-        pg_losses = pg_losses * rollout_is_weights
-    loss = agg_loss(pg_losses, response_mask, loss_agg_mode, **agg_kwargs(config))
+    loss = aggregate_pg_losses(pg_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
     return loss, {"actor/pg_clipfrac": pg_clipfrac.item(), "actor/ppo_kl": ppo_kl.item()}
 
 

@@ -11,7 +11,13 @@ from typing import Any
 import torch
 
 from verl.algorithms.core import agg_loss, masked_mean
-from verl.algorithms.policy_losses import _cfg, _clip_eps, _loss_option, agg_kwargs, register_policy_loss
+from verl.algorithms.policy_losses import (
+    _cfg,
+    _clip_eps,
+    _loss_option,
+    aggregate_pg_losses,
+    register_policy_loss,
+)
 
 
 def _centered_cov(advantages: torch.Tensor, log_prob: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -74,9 +80,7 @@ def compute_policy_loss_clip_cov(
     pg_clipfrac = masked_mean((~keep).float(), response_mask)
 
     pg_losses = torch.maximum(losses_unclipped, losses_clipped) * corr
-    if rollout_is_weights is not None:
-        pg_losses = pg_losses * rollout_is_weights
-    loss = agg_loss(pg_losses, response_mask, loss_agg_mode, **agg_kwargs(config))
+    loss = aggregate_pg_losses(pg_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
     return loss, {"actor/pg_clipfrac": pg_clipfrac.item(), "actor/ppo_kl": ppo_kl.item()}
 
 
@@ -126,9 +130,7 @@ def compute_policy_loss_kl_cov(
     pg_losses = torch.where(selected, losses_kl, losses_plain)
     ppo_kl_abs = masked_mean(abs_kl, response_mask)
 
-    if rollout_is_weights is not None:
-        pg_losses = pg_losses * rollout_is_weights
-    loss = agg_loss(pg_losses, response_mask, loss_agg_mode, **agg_kwargs(config))
+    loss = aggregate_pg_losses(pg_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
     return loss, {"actor/ppo_kl": ppo_kl_abs.item()}
 
 
@@ -183,7 +185,7 @@ def compute_policy_loss_geo_mean(
         pg_losses.unsqueeze(-1),
         torch.ones_like(pg_losses).unsqueeze(-1),
         "seq-mean-token-sum",
-        global_num_seqs=agg_kwargs(config)["global_num_seqs"],
+        global_num_seqs=_cfg(config, "global_num_seqs", None),
     )
 
     clipped = (log_ratio != negative_approx_kl).float()

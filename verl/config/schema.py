@@ -161,7 +161,7 @@ class ActorConfig:
     kl_loss_coef: float = 0.001
     """coefficient of the KL loss term"""
     kl_loss_type: str = "low_var_kl"
-    """KL estimator for the loss: kl | abs | mse | low_var_kl | full"""
+    """KL estimator for the loss: kl (k1) | abs | mse (k2) | low_var_kl (k3), or with "+" (k3+: value of k3, gradient of k2)"""
     recompute_old_log_prob: Optional[bool] = None
     """run the old_log_prob pass; None = only when needed: it is skipped when every RL step makes
     exactly one optimizer step (the policy that sampled is the one being updated, so the detached
@@ -312,7 +312,7 @@ class FilterGroupsConfig:
     enable: bool = False
     """drop groups whose responses all score the same and generate more until the batch is full"""
     metric: str = "seq_reward"
-    """what must vary within a group: seq_reward | seq_final_reward | a field of the reward (e.g. acc)"""
+    """what must vary within a group: seq_reward (the rule score) | a field the reward function returns (e.g. acc)"""
     max_num_gen_batches: int = 0
     """give up (with an error) after this many generation batches in one step; 0 = no limit"""
 
@@ -332,7 +332,7 @@ class AlgorithmConfig:
     use_kl_in_reward: bool = False
     """subtract a KL penalty from the token rewards"""
     kl_penalty: str = "kl"
-    """KL estimator for the in-reward penalty: kl | abs | mse | low_var_kl | full"""
+    """KL estimator for the in-reward penalty: kl (k1) | abs | mse (k2) | low_var_kl (k3)"""
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     """KL coefficient controller"""
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)

@@ -93,6 +93,16 @@ def validate(cfg: DictConfig) -> None:
         _at_least(errors, "actor_rollout_ref.rollout.val_kwargs.n", rollout.val_kwargs.n, 1)
         _at_least(errors, "actor_rollout_ref.rollout.micro_batch_size", rollout.micro_batch_size, 1)
         _choice(errors, "algorithm.kl_ctrl.type", cfg.algorithm.kl_ctrl.type, KL_CTRL_TYPES)
+        _choice(errors, "critic.loss_agg_mode", cfg.critic.loss_agg_mode, LOSS_AGG_MODES)
+        # verl's keys for padding-free training are accepted so configs port, but refused until built.
+        for key, value in (
+            ("actor_rollout_ref.actor.use_dynamic_bsz", actor.use_dynamic_bsz),
+            ("actor_rollout_ref.model.use_remove_padding", arr.model.use_remove_padding),
+        ):
+            if value:
+                errors.append(
+                    f"{key}=true is not supported yet (padding-free training is planned); set it to false"
+                )
         if (
             data.train_batch_size >= 1
             and actor.ppo_mini_batch_size >= 1

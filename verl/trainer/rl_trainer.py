@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl.algorithms import get_kl_controller, masked_mean
+from verl.algorithms import get_adv_estimator_fn, get_kl_controller, get_policy_loss_fn, masked_mean
 from verl.config import derive_sizes
 from verl.data import EpochSampler, RLDataset, collate_rl, iterate_batches
 from verl.models import load_tokenizer
@@ -50,6 +50,9 @@ class RLTrainer:
         configure_torch_threads(config.trainer.torch_threads)
         set_seed(config.trainer.seed)
         actor_cfg = config.actor_rollout_ref.actor
+        # Unknown names fail here, not at the first step after a long validation pass.
+        get_adv_estimator_fn(config.algorithm.adv_estimator)
+        get_policy_loss_fn(actor_cfg.policy_loss.loss_mode)
         self.need_ref = config.algorithm.use_kl_in_reward or actor_cfg.use_kl_loss
         enable_critic = config.critic.enable
         self.need_critic = config.algorithm.adv_estimator == "gae" if enable_critic is None else enable_critic
@@ -312,13 +315,11 @@ def _varied_groups(batch: DataProto, metric: str) -> DataProto:
     """The rows of ``batch`` whose group (same uid) does not have the same ``metric`` for every response."""
     if metric == "seq_reward":
         values = batch.batch["token_level_scores"].sum(-1).tolist()
-    elif metric == "seq_final_reward":
-        values = batch.batch["token_level_rewards"].sum(-1).tolist()
     elif metric in batch.non_tensor_batch:
         values = list(batch.non_tensor_batch[metric])
     else:
         raise ValueError(
-            f"algorithm.filter_groups.metric={metric!r}: choose seq_reward, seq_final_reward, or a field the reward "
+            f"algorithm.filter_groups.metric={metric!r}: choose seq_reward or a field the reward "
             f"function returns (available: {sorted(batch.non_tensor_batch)})"
         )
     by_group: dict[Any, set] = {}
