@@ -251,3 +251,18 @@ def test_dynamic_sampling_fills_the_batch_with_varied_groups(tiny_model_dir, ari
     assert len(batch) == 4 * 4  # data.train_batch_size groups of rollout.n
     scores = batch.batch["token_level_scores"].sum(-1).view(4, 4)
     assert all(len(set(group.tolist())) > 1 for group in scores)  # every group trained on has varied rewards
+
+
+def test_clip_ratio_schedule_reaches_its_final_value(tiny_model_dir, arithmetic_files, tmp_path):
+    config = small_config(
+        tiny_model_dir,
+        arithmetic_files,
+        tmp_path,
+        "actor_rollout_ref.actor.clip_ratio_final=0.05",
+        "actor_rollout_ref.actor.clip_ratio_high=0.28",
+        "trainer.val_before_train=false",
+    )
+    RLTrainer(config, reward_fn=parity_reward).fit()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    # two steps: progress 0 then 1, linear from 0.2 to 0.05
+    assert [r["actor/clip_ratio"] for r in records] == pytest.approx([0.2, 0.05])

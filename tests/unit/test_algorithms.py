@@ -10,6 +10,7 @@ from verl.algorithms import (
     AdaptiveKLController,
     FixedKLController,
     agg_loss,
+    anneal,
     compute_value_loss,
     get_adv_estimator_fn,
     get_policy_loss_fn,
@@ -190,3 +191,14 @@ def test_value_loss_clipped_by_hand():
     loss, clipfrac = compute_value_loss(vpreds, returns, values, mask, cliprange_value=0.5)
     assert loss.item() == pytest.approx(0.5 * (0.25 + 0.49) / 2)
     assert clipfrac.item() == pytest.approx(0.5)
+
+
+def test_anneal_schedules():
+    assert anneal(0.2, 0.05, 0.0) == pytest.approx(0.2)
+    assert anneal(0.2, 0.05, 0.5) == pytest.approx(0.125)  # linear midpoint
+    assert anneal(0.2, 0.05, 1.0) == pytest.approx(0.05)
+    assert anneal(0.2, 0.05, 0.5, "cosine") == pytest.approx(0.125)  # cos(pi/2) = 0: also the midpoint
+    assert anneal(0.2, 0.05, 0.25, "cosine") == pytest.approx(0.05 + 0.15 * 0.5 * (1 + math.cos(math.pi / 4)))
+    assert anneal(0.2, 0.05, 7.0) == pytest.approx(0.05)  # progress is clamped to [0, 1]
+    with pytest.raises(ValueError, match="unknown schedule"):
+        anneal(0.2, 0.05, 0.5, "step")

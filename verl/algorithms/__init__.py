@@ -4,6 +4,7 @@ from verl.algorithms.advantages import ADV_ESTIMATOR_REGISTRY, get_adv_estimator
 from verl.algorithms.core import (
     LOSS_AGG_MODES,
     agg_loss,
+    anneal,
     compute_value_loss,
     masked_mean,
     masked_sum,
@@ -20,6 +21,7 @@ __all__ = [
     "AdaptiveKLController",
     "FixedKLController",
     "agg_loss",
+    "anneal",
     "compute_value_loss",
     "get_adv_estimator_fn",
     "get_kl_controller",

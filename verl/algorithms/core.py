@@ -5,6 +5,8 @@ All tensors are (batch, response_length); `mask` is 1 on real response tokens, 0
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -35,6 +37,20 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = T
     mean, var = masked_mean(values, mask), masked_var(values, mask)
     whitened = (values - mean) * torch.rsqrt(var + 1e-8)
     return whitened if shift_mean else whitened + mean
+
+
+def anneal(start: float, final: float, progress: float, schedule: str = "linear") -> float:
+    """A coefficient moved from ``start`` to ``final`` as training ``progress`` goes from 0 to 1.
+
+    linear: start + (final − start)·p;  cosine: final + (start − final)·½(1 + cos πp).
+    Used for the clip-ratio schedule (e.g. 0.2 → 0.05: wide steps early, conservative late).
+    """
+    p = min(max(progress, 0.0), 1.0)
+    if schedule == "linear":
+        return start + (final - start) * p
+    if schedule == "cosine":
+        return final + (start - final) * 0.5 * (1.0 + math.cos(math.pi * p))
+    raise ValueError(f"unknown schedule {schedule!r}; choose linear or cosine")
 
 
 def agg_loss(

@@ -146,6 +146,11 @@ class ActorConfig:
     """lower clip range; None = clip_ratio"""
     clip_ratio_high: Optional[float] = None
     """upper clip range (DAPO clip-higher); None = clip_ratio"""
+    clip_ratio_final: Optional[float] = None
+    """clip-ratio schedule: anneal clip_ratio to this value by the last step (None = constant); an explicit
+    clip_ratio_low/high is scaled by the same factor"""
+    clip_ratio_schedule: str = "linear"
+    """shape of the clip-ratio annealing when clip_ratio_final is set: linear | cosine"""
     clip_ratio_c: float = 3.0
     """dual-clip constant c for negative advantages"""
     grad_clip: float = 1.0

@@ -94,6 +94,12 @@ def validate(cfg: DictConfig) -> None:
         _at_least(errors, "actor_rollout_ref.rollout.micro_batch_size", rollout.micro_batch_size, 1)
         _choice(errors, "algorithm.kl_ctrl.type", cfg.algorithm.kl_ctrl.type, KL_CTRL_TYPES)
         _choice(errors, "critic.loss_agg_mode", cfg.critic.loss_agg_mode, LOSS_AGG_MODES)
+        _choice(
+            errors,
+            "actor_rollout_ref.actor.clip_ratio_schedule",
+            actor.clip_ratio_schedule,
+            ("linear", "cosine"),
+        )
         # verl's keys for padding-free training are accepted so configs port, but refused until built.
         for key, value in (
             ("actor_rollout_ref.actor.use_dynamic_bsz", actor.use_dynamic_bsz),

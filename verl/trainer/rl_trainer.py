@@ -210,6 +210,7 @@ class RLTrainer:
                 batch = compute_advantage(batch, algo)
 
             batch.meta_info["sizes"] = self.sizes
+            batch.meta_info["progress"] = (self.global_steps - 1) / max(1, self.total_training_steps - 1)
             if self.need_critic:
                 with marked_timer("update_critic", timing):
                     metrics.update(self.critic.update_critic(batch).meta_info["metrics"])

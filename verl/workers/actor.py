@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from verl.algorithms import agg_loss, get_policy_loss_fn, kl_penalty
+from verl.algorithms import agg_loss, anneal, get_policy_loss_fn, kl_penalty
 from verl.protocol import DataProto
 
 
@@ -72,8 +72,22 @@ class Actor:
         entropy = torch.cat(entropies) if with_entropy else None
         return torch.cat(log_probs), entropy
 
+    def clip_scale(self, progress: float) -> float:
+        """Factor applied to the clip ranges at this point of training (1 without a schedule)."""
+        cfg = self.config
+        if cfg.clip_ratio_final is None:
+            return 1.0
+        return (
+            anneal(cfg.clip_ratio, cfg.clip_ratio_final, progress, cfg.clip_ratio_schedule) / cfg.clip_ratio
+        )
+
     def update_policy(
-        self, data: DataProto, mini_batch_size: int, micro_batch_size: int, temperature: float
+        self,
+        data: DataProto,
+        mini_batch_size: int,
+        micro_batch_size: int,
+        temperature: float,
+        progress: float = 0.0,
     ) -> dict:
         """PPO-style update: ``ppo_epochs`` passes over mini-batches, each accumulated over micro-batches.
 
@@ -81,6 +95,7 @@ class Actor:
         mini-batch, so the accumulated gradient equals that of the mini-batch in one piece.
         """
         cfg = self.config
+        clip_scale = self.clip_scale(progress)
         self.model.train()
         metrics: dict[str, list[float]] = defaultdict(list)
         keys = ["responses", "input_ids", "attention_mask", "position_ids", "response_mask", "advantages"]
@@ -100,7 +115,9 @@ class Actor:
         ):
             self.optimizer.zero_grad(set_to_none=True)
             mask = mini.batch["response_mask"]
-            loss_cfg = _LossConfig(cfg, global_num_tokens=mask.sum().item(), global_num_seqs=len(mini))
+            loss_cfg = _LossConfig(
+                cfg, global_num_tokens=mask.sum().item(), global_num_seqs=len(mini), clip_scale=clip_scale
+            )
             mini_metrics: dict[str, float] = defaultdict(float)
             for micro in mini.split(micro_batch_size):
                 self._micro_step(micro, loss_cfg, temperature, use_entropy, mini_metrics)
@@ -114,6 +131,7 @@ class Actor:
                 metrics["actor/skipped_steps"].append(1.0)
                 self.optimizer.zero_grad(set_to_none=True)
             metrics["actor/grad_norm"].append(grad_norm.item())
+        metrics["actor/clip_ratio"].append(cfg.clip_ratio * clip_scale)
         if self.lr_scheduler is not None:
             metrics["actor/lr"].append(self.lr_scheduler.get_last_lr()[0])
             self.lr_scheduler.step()
@@ -162,10 +180,16 @@ class Actor:
 class _LossConfig:
     """The actor config seen by a policy loss, plus the mini-batch counts for micro-batch-invariant aggregation."""
 
-    def __init__(self, actor_cfg: Any, global_num_tokens: float, global_num_seqs: int) -> None:
+    def __init__(
+        self, actor_cfg: Any, global_num_tokens: float, global_num_seqs: int, clip_scale: float = 1.0
+    ) -> None:
         self._cfg = actor_cfg
         self.global_num_tokens = global_num_tokens
         self.global_num_seqs = global_num_seqs
+        # The clip-ratio schedule scales every clip range by the same factor.
+        for key in ("clip_ratio", "clip_ratio_low", "clip_ratio_high"):
+            value = getattr(actor_cfg, key)
+            setattr(self, key, None if value is None else value * clip_scale)
 
     def __getattr__(self, key: str) -> Any:
         return getattr(self._cfg, key)

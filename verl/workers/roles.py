@@ -98,6 +98,7 @@ class ActorRolloutRefWorker:
             mini_batch_size=sizes.mini_batch_samples,
             micro_batch_size=sizes.micro_batch_samples,
             temperature=self.config.actor_rollout_ref.rollout.temperature,
+            progress=data.meta_info.get("progress", 0.0),
         )
         return DataProto(meta_info={"metrics": metrics})
 
