@@ -10,7 +10,8 @@ from verl.config.loader import (
     to_container,
     to_yaml,
 )
-from verl.config.schema import SFTConfig, TrainerConfig
+from verl.config.schema import TrainerConfig
+from verl.config.sft_schema import SFTConfig
 from verl.config.sizes import DerivedSizes, derive_sizes
 from verl.config.validation import as_file_list, validate
 

@@ -24,7 +24,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from verl.config.errors import ConfigError, short_repr
-from verl.config.schema import SFTConfig, TrainerConfig
+from verl.config.schema import TrainerConfig
+from verl.config.sft_schema import SFTConfig
 from verl.config.validation import validate
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"

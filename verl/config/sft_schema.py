@@ -1,0 +1,90 @@
+"""Typed configuration of ``verl sft`` (supervised fine-tuning, the warm start before RL)."""
+
+# ruff: noqa: UP007, UP045
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from verl.config.schema import OptimConfig
+
+
+@dataclass
+class SFTDataConfig:
+    """``data`` of the SFT config: prompt/response pairs."""
+
+    train_files: Any = None
+    """training parquet file(s): a path or a list of paths"""
+    val_files: Any = None
+    """validation parquet file(s): a path or a list of paths"""
+    prompt_key: str = "prompt"
+    """column holding the prompt"""
+    response_key: str = "reward_model.ground_truth"
+    """column holding the target response; dots index into nested row fields"""
+    max_length: int = 128
+    """maximum prompt + response length in tokens"""
+    train_batch_size: int = 64
+    """sequences per optimizer step"""
+    truncation: str = "error"
+    """what to do with longer sequences: error | left | right"""
+    train_max_samples: int = -1
+    """train on only the first N rows of train_files (a demonstration budget); -1 = all"""
+
+
+@dataclass
+class SFTModelConfig:
+    """``model`` of the SFT config."""
+
+    path: str = ""
+    """model directory or hub id (required; checked at load)"""
+    tokenizer_path: Optional[str] = None
+    """tokenizer directory or hub id; None = same as path"""
+    torch_dtype: str = "float32"
+    """parameter dtype: float32 | bfloat16 | float16"""
+    attn_implementation: str = "sdpa"
+    """transformers attention backend: sdpa | eager | flash_attention_2"""
+    trust_remote_code: bool = False
+    """allow custom modelling code shipped with the checkpoint"""
+
+
+@dataclass
+class SFTOptimConfig(OptimConfig):
+    """``optim`` of the SFT config: OptimConfig plus gradient clipping (verl's SFT keeps clipping in optim)."""
+
+    lr: float = 1e-5
+    """peak learning rate"""
+    grad_clip: float = 1.0
+    """max global gradient norm"""
+
+
+@dataclass
+class SFTTrainerSection:
+    """``trainer`` of the SFT config."""
+
+    total_training_steps: Optional[int] = None
+    """optimizer steps to run; None = total_epochs worth of steps"""
+    total_epochs: int = 1
+    """passes over the training set (ignored when total_training_steps is set)"""
+    seed: int = 1
+    """random seed"""
+    default_local_dir: str = "outputs/sft"
+    """output directory for the fine-tuned model and logs"""
+    logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])
+    """metric sinks: console | jsonl | tensorboard | wandb"""
+    test_freq: int = -1
+    """validate every this many steps; -1 = never"""
+    torch_threads: Optional[int] = None
+    """torch intra-op CPU threads; None = torch default"""
+
+
+@dataclass
+class SFTConfig:
+    """Top-level config of ``verl sft`` (supervised fine-tuning, also the warm start of the default recipe)."""
+
+    data: SFTDataConfig = field(default_factory=SFTDataConfig)
+    """prompt/response data"""
+    model: SFTModelConfig = field(default_factory=SFTModelConfig)
+    """model to fine-tune"""
+    optim: SFTOptimConfig = field(default_factory=SFTOptimConfig)
+    """optimizer, schedule and gradient clipping"""
+    trainer: SFTTrainerSection = field(default_factory=SFTTrainerSection)
+    """loop, logging and output"""
