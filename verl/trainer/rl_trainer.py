@@ -62,7 +62,6 @@ class RLTrainer:
             self.recompute_old_log_prob = not on_policy or config.algorithm.use_kl_in_reward
 
         self._build_datasets_and_workers()
-        self.tokenizer = self.actor_rollout.tokenizer
         self.reward_fn = reward_fn or load_reward_manager(
             config, self.tokenizer, config.reward_model.num_examine
         )
@@ -77,9 +76,11 @@ class RLTrainer:
         cfg = self.config
         data = cfg.data
         model_cfg = cfg.actor_rollout_ref.model
-        tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path, model_cfg.trust_remote_code)
+        self.tokenizer = load_tokenizer(
+            model_cfg.tokenizer_path or model_cfg.path, model_cfg.trust_remote_code
+        )
         dataset_kwargs = dict(
-            tokenizer=tokenizer,
+            tokenizer=self.tokenizer,
             prompt_key=data.prompt_key,
             max_prompt_length=data.max_prompt_length,
             truncation=data.truncation,

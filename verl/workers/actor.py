@@ -5,7 +5,6 @@ Single-process data parallelism of one; the distributed engines wrap the same mo
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from typing import Any
 
@@ -13,7 +12,9 @@ import torch
 import torch.nn.functional as F
 
 from verl.algorithms import agg_loss, anneal, get_policy_loss_fn, kl_penalty
+from verl.algorithms.policy_losses import agg_kwargs
 from verl.protocol import DataProto
+from verl.workers.engine.optim import clip_and_step
 
 
 def logprobs_and_entropy(
@@ -123,14 +124,10 @@ class Actor:
                 self._micro_step(micro, loss_cfg, temperature, use_entropy, mini_metrics)
             for k, v in mini_metrics.items():
                 metrics[k].append(v)
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm=cfg.grad_clip)
-            if math.isfinite(grad_norm.item()):
-                self.optimizer.step()
-            else:
-                # A non-finite gradient would poison the weights: skip the step and count it.
+            grad_norm, stepped = clip_and_step(self.model, self.optimizer, cfg.grad_clip)
+            if not stepped:
                 metrics["actor/skipped_steps"].append(1.0)
-                self.optimizer.zero_grad(set_to_none=True)
-            metrics["actor/grad_norm"].append(grad_norm.item())
+            metrics["actor/grad_norm"].append(grad_norm)
         metrics["actor/clip_ratio"].append(cfg.clip_ratio * clip_scale)
         if self.lr_scheduler is not None:
             metrics["actor/lr"].append(self.lr_scheduler.get_last_lr()[0])
@@ -157,7 +154,7 @@ class Actor:
             rollout_is_weights=None,
         )
         loss = pg_loss
-        agg = {"loss_agg_mode": cfg.loss_agg_mode, **loss_cfg.agg_kwargs()}
+        agg = {"loss_agg_mode": cfg.loss_agg_mode, **agg_kwargs(loss_cfg)}
         if use_entropy:
             entropy_loss = agg_loss(entropy, mask, **agg)
             if cfg.entropy_coeff != 0:
@@ -193,10 +190,3 @@ class _LossConfig:
 
     def __getattr__(self, key: str) -> Any:
         return getattr(self._cfg, key)
-
-    def agg_kwargs(self) -> dict[str, Any]:
-        return {
-            "loss_scale_factor": self._cfg.loss_scale_factor,
-            "global_num_tokens": self.global_num_tokens,
-            "global_num_seqs": self.global_num_seqs,
-        }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from typing import Any
 
@@ -10,6 +9,7 @@ import torch
 
 from verl.algorithms import compute_value_loss, masked_mean
 from verl.protocol import DataProto
+from verl.workers.engine.optim import clip_and_step
 
 
 def response_values(model: torch.nn.Module, micro: DataProto) -> torch.Tensor:
@@ -83,13 +83,10 @@ class Critic:
                 totals["critic/vf_loss"] += vf_loss.item()
                 totals["critic/vf_clipfrac"] += vf_clipfrac.item() * share
                 totals["critic/vpred_mean"] += masked_mean(vpreds, mask).item() * share
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm=cfg.grad_clip)
-            if math.isfinite(grad_norm.item()):
-                self.optimizer.step()
-            else:
+            grad_norm, stepped = clip_and_step(self.model, self.optimizer, cfg.grad_clip)
+            if not stepped:
                 metrics["critic/skipped_steps"].append(1.0)
-                self.optimizer.zero_grad(set_to_none=True)
-            metrics["critic/grad_norm"].append(grad_norm.item())
+            metrics["critic/grad_norm"].append(grad_norm)
             for key, value in totals.items():
                 metrics[key].append(value)
         if self.lr_scheduler is not None:

@@ -17,6 +17,22 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], optim: Any) -> torch.o
     )
 
 
+def clip_and_step(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float
+) -> tuple[float, bool]:
+    """Clip the gradient norm and take the optimizer step, unless the norm is not finite.
+
+    A NaN or infinite gradient would poison the weights, so that step is skipped (gradients cleared).
+    Returns the norm before clipping and whether the step was taken.
+    """
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=grad_clip).item()
+    if math.isfinite(grad_norm):
+        optimizer.step()
+        return grad_norm, True
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm, False
+
+
 def num_warmup_steps(optim: Any, total_steps: int) -> int:
     """``lr_warmup_steps`` when set (>= 0), otherwise ``lr_warmup_steps_ratio`` of the total, as in verl."""
     steps = getattr(optim, "lr_warmup_steps", -1)
