@@ -28,6 +28,14 @@ def eos_token_ids(tokenizer: Any, model: torch.nn.Module) -> list[int]:
     return sorted(i for i in ids if i is not None)
 
 
+def prepare_for_training(module: torch.nn.Module, model_cfg: Any, optim_cfg: Any, total_steps: int) -> tuple:
+    """Gradient checkpointing (if asked), then the optimizer and LR schedule of a trained role."""
+    if model_cfg.enable_gradient_checkpointing:
+        module.gradient_checkpointing_enable()
+    optimizer = build_optimizer(module.parameters(), optim_cfg)
+    return optimizer, build_lr_scheduler(optimizer, optim_cfg, total_steps)
+
+
 class ActorRolloutRefWorker:
     """Actor + rollout + reference for one data-parallel rank."""
 
@@ -44,10 +52,9 @@ class ActorRolloutRefWorker:
             attn_implementation=model_cfg.attn_implementation,
             trust_remote_code=model_cfg.trust_remote_code,
         )
-        if model_cfg.enable_gradient_checkpointing:
-            self.module.gradient_checkpointing_enable()
-        optimizer = build_optimizer(self.module.parameters(), arr.actor.optim)
-        lr_scheduler = build_lr_scheduler(optimizer, arr.actor.optim, total_training_steps)
+        optimizer, lr_scheduler = prepare_for_training(
+            self.module, model_cfg, arr.actor.optim, total_training_steps
+        )
         self.actor = Actor(self.module, arr.actor, optimizer, lr_scheduler)
 
         self.eos_token_ids = eos_token_ids(self.tokenizer, self.module)
@@ -122,10 +129,9 @@ class CriticWorker:
             attn_implementation=model_cfg.attn_implementation,
             trust_remote_code=model_cfg.trust_remote_code,
         )
-        if model_cfg.enable_gradient_checkpointing:
-            self.module.gradient_checkpointing_enable()
-        optimizer = build_optimizer(self.module.parameters(), critic_cfg.optim)
-        lr_scheduler = build_lr_scheduler(optimizer, critic_cfg.optim, total_training_steps)
+        optimizer, lr_scheduler = prepare_for_training(
+            self.module, model_cfg, critic_cfg.optim, total_training_steps
+        )
         self.critic = Critic(self.module, critic_cfg, optimizer, lr_scheduler)
 
     def compute_values(self, data: DataProto) -> DataProto:
