@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from verl.protocol import DataProto
-from verl.single_controller import Dispatch, DispatchError, LocalWorkerGroup, Worker, register
+from verl.single_controller import Dispatch, DispatchError, LocalWorkerGroup, Worker, WorkerError, register
 from verl.single_controller.dispatch import (
     DISPATCH_MODES,
     collect_dp_compute_proto,
@@ -138,12 +138,25 @@ def test_registered_methods_still_work_on_a_bare_worker():
         assert ToyWorker().seen_at_init == (2, 4)
 
 
-def test_group_rejects_bad_construction():
-    class NotAWorker:
-        pass
+def test_plain_class_serves_as_a_single_worker_role():
+    class Plain:  # not a Worker, nothing registered: the seed's ActorWorker style
+        def __init__(self, k: int) -> None:
+            self.k = k
 
-    with pytest.raises(TypeError, match="subclass of Worker"):
-        LocalWorkerGroup(NotAWorker, world_size=2)
+        def times(self, x: int) -> int:
+            return self.k * x
+
+    group = LocalWorkerGroup(Plain, world_size=1, init_kwargs={"k": 3}, name="plain")
+    assert group.call("times", 5) == 15  # the answer itself, not a list of one
+    with pytest.raises(AttributeError, match="not registered"):
+        LocalWorkerGroup(Plain, world_size=2, init_kwargs={"k": 3}).call("times", 5)
+    with pytest.raises(AttributeError, match="no method 'nope'"):
+        group.call("nope")
+
+
+def test_group_rejects_bad_construction():
+    with pytest.raises(TypeError, match="must be a class"):
+        LocalWorkerGroup(object(), world_size=2)
     with pytest.raises(ValueError, match="world_size"):
         LocalWorkerGroup(ToyWorker, world_size=0)
 
@@ -173,15 +186,46 @@ def test_register_validates_mode_and_usage():
     assert g.__verl_dispatch__ is Dispatch.ALL_TO_ALL
 
 
-def test_worker_exception_propagates():
+def test_worker_exception_names_role_rank_method_and_cause():
     class Failing(Worker):
         @register()
         def boom(self) -> None:
             if self.rank == 1:
-                raise RuntimeError("rank 1 failed")
+                raise KeyError("missing field")
 
-    with pytest.raises(RuntimeError, match="rank 1 failed"):
-        LocalWorkerGroup(Failing, world_size=2).boom()
+    with pytest.raises(WorkerError) as info:
+        LocalWorkerGroup(Failing, world_size=2, name="reward").boom()
+    error = info.value
+    assert (error.role, error.rank, error.method, error.kind) == ("reward", 1, "boom", "exception")
+    assert "role 'reward' rank 1" in str(error) and "KeyError" in str(error) and "missing field" in str(error)
+    assert isinstance(error.__cause__, KeyError)
+
+
+def test_restart_rebuilds_workers_and_restores_saved_state():
+    class Counter(Worker):
+        def __init__(self) -> None:
+            self.count = 0
+
+        @register()
+        def bump(self) -> int:
+            self.count += 1
+            return self.count
+
+        def get_state(self) -> int:
+            return self.count
+
+        def set_state(self, state: int) -> None:
+            self.count = state
+
+    group = LocalWorkerGroup(Counter, world_size=2)
+    group.bump()
+    group.bump()
+    assert group.save_state() == 2
+    group.bump()
+    old = group.workers
+    group.restart()
+    assert all(new is not before for new, before in zip(group.workers, old, strict=True))
+    assert group.bump() == [3, 3]  # restored to the saved 2, not the lost 3, nor a fresh 0
 
 
 # ---------------------------------------------------------------- the pure dispatch functions

@@ -5,8 +5,19 @@ in-process :class:`LocalWorkerGroup`) exposes those methods and splits / merges 
 :class:`Dispatch` mode.
 """
 
+from verl.single_controller.base import WorkerGroup
 from verl.single_controller.dispatch import Dispatch, DispatchError, register_dispatch_mode
+from verl.single_controller.errors import WorkerError
 from verl.single_controller.local import LocalWorkerGroup
 from verl.single_controller.worker import Worker, register
 
-__all__ = ["Dispatch", "DispatchError", "LocalWorkerGroup", "Worker", "register", "register_dispatch_mode"]
+__all__ = [
+    "Dispatch",
+    "DispatchError",
+    "LocalWorkerGroup",
+    "Worker",
+    "WorkerError",
+    "WorkerGroup",
+    "register",
+    "register_dispatch_mode",
+]

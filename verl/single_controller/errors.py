@@ -1,0 +1,36 @@
+"""Errors a worker group raises, naming the role, the rank and the cause instead of a bare "actor died"."""
+
+from __future__ import annotations
+
+__all__ = ["WorkerError"]
+
+
+class WorkerError(RuntimeError):
+    """One worker of a group failed a call.
+
+    ``kind`` says how: ``"exception"`` (the method raised), ``"died"`` (the worker's process is gone:
+    killed, crashed) or ``"oom"`` (killed for using too much memory). ``cause`` is a one-line
+    description of the underlying error; the original exception, when there is one, is ``__cause__``.
+    """
+
+    def __init__(
+        self,
+        role: str,
+        rank: int,
+        method: str,
+        cause: str,
+        kind: str = "exception",
+        pid: int | None = None,
+    ) -> None:
+        self.role = role
+        self.rank = rank
+        self.method = method
+        self.cause = cause
+        self.kind = kind
+        self.pid = pid
+        where = f"role {role!r} rank {rank}" + (f" (pid {pid})" if pid is not None else "")
+        what = {"exception": "raised an error", "died": "died", "oom": "ran out of memory"}.get(kind, kind)
+        super().__init__(f"{where} {what} in {method}: {cause}")
+
+    def __reduce__(self):  # keep the fields when the error crosses a process boundary
+        return (type(self), (self.role, self.rank, self.method, self.cause, self.kind, self.pid))
