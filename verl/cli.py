@@ -27,17 +27,26 @@ def _acc(metrics: dict) -> dict[str, float]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from verl.config import load_config, to_yaml
+    from verl.trainer.controllers import load_controller_class
     from verl.trainer.prepare import prepare_inputs
-    from verl.trainer.rl_trainer import RLTrainer
 
-    config = load_config(args.config, args.overrides)
+    overrides = list(args.overrides)
+    if args.controller:
+        overrides.append(f"trainer.controller={args.controller}")
+    if args.trace:
+        overrides.append("trainer.trace=true")
+    config = load_config(args.config, overrides)
     if args.print_config:
         print(to_yaml(config))
         return 0
+    controller_cls = load_controller_class(config.trainer.controller)
     start = time.perf_counter()
     prepare_inputs(config)
-    trainer = RLTrainer(config)
-    summary = trainer.fit()
+    trainer = controller_cls(config)
+    try:
+        summary = trainer.fit()
+    finally:
+        trainer.shutdown()
     before, after = _acc(summary["val_before"]), _acc(summary["val_after"])
     print(f"\nmetrics: {summary['metrics_path']}")
     for key in sorted(set(before) | set(after)):
@@ -48,6 +57,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if a is not None and b is not None:
             line += f" ({(a - b) * 100:+.1f} points)"
         print(line)
+    if summary.get("trace_path"):
+        print(f"trace: {summary['trace_path']}")
     print(f"wall time: {time.perf_counter() - start:.0f}s")
     if args.summary_json:
         with open(args.summary_json, "w") as f:
@@ -74,6 +85,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--config", default=None, help="recipe name (grpo, ...) or path to a YAML file")
     run.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     run.add_argument(
+        "--controller",
+        default=None,
+        help="Controller class running the loop: RLTrainer (default), GRPOController, or module:Class "
+        "(same as trainer.controller=...)",
+    )
+    run.add_argument(
+        "--trace",
+        action="store_true",
+        help="write an HTML trace of each step's DAG (same as trainer.trace=true)",
+    )
+    run.add_argument(
         "--summary-json", default=None, help="write before/after validation metrics to this file"
     )
     run.add_argument(
@@ -97,12 +119,17 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     _quiet_libraries()
     from verl.config import ConfigError
+    from verl.single_controller.flow import StepError
 
     try:
         return args.func(args)
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2
+    except StepError as e:
+        # The message names the step, the role, the rank and the cause; the worker's stack trace is in the log.
+        print(f"run failed: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

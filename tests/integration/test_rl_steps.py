@@ -74,12 +74,17 @@ def small_config(model_dir, files, out_dir, *extra, recipe="grpo"):
     )
 
 
+def actor_module(trainer):
+    """The policy module of the (in-process) actor worker."""
+    return trainer.group("actor_rollout").workers[0].module
+
+
 def test_two_rl_steps_change_weights_and_log_metrics(tiny_model_dir, arithmetic_files, tmp_path):
     config = small_config(tiny_model_dir, arithmetic_files, tmp_path, "trainer.save_freq=1")
     trainer = RLTrainer(config, reward_fn=parity_reward)
-    before = {k: v.clone() for k, v in trainer.actor_rollout.module.state_dict().items()}
+    before = {k: v.clone() for k, v in actor_module(trainer).state_dict().items()}
     summary = trainer.fit()
-    after = trainer.actor_rollout.module.state_dict()
+    after = actor_module(trainer).state_dict()
     changed = [k for k in before if not torch.equal(before[k], after[k])]
     assert len(changed) > len(before) // 2, f"only {len(changed)} of {len(before)} tensors changed"
 
@@ -150,7 +155,7 @@ def test_skipping_old_log_prob_gives_the_same_update(tiny_model_dir, arithmetic_
         assert trainer.recompute_old_log_prob == (recompute == "true")
         trainer.fit()
         record = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
-        results.append((record, trainer.actor_rollout.module.state_dict()))
+        results.append((record, actor_module(trainer).state_dict()))
     (with_pass, weights_a), (without_pass, weights_b) = results
     assert with_pass["actor/pg_loss"] == pytest.approx(without_pass["actor/pg_loss"], abs=1e-6)
     assert with_pass["actor/entropy"] == pytest.approx(without_pass["actor/entropy"], rel=1e-4)
@@ -172,15 +177,15 @@ def test_ppo_with_critic_and_warmup(tiny_model_dir, arithmetic_files, tmp_path):
         "trainer.val_before_train=false",
     )
     trainer = RLTrainer(config, reward_fn=parity_reward)
-    assert trainer.critic is not None
-    actor_before = {k: v.clone() for k, v in trainer.actor_rollout.module.state_dict().items()}
-    critic_before = {k: v.clone() for k, v in trainer.critic.module.state_dict().items()}
+    assert "critic" in trainer.groups
+    actor_before = {k: v.clone() for k, v in actor_module(trainer).state_dict().items()}
+    critic_before = {k: v.clone() for k, v in trainer.group("critic").workers[0].module.state_dict().items()}
 
     batches = iterate_batches(trainer.train_dataset, trainer.sampler, trainer._collate, num_epochs=None)
     trainer.global_steps = 1
     warmup = trainer.train_step(next(batches))
     assert "critic/vf_loss" in warmup and "actor/pg_loss" not in warmup  # step 1: critic only
-    assert all(torch.equal(actor_before[k], v) for k, v in trainer.actor_rollout.module.state_dict().items())
+    assert all(torch.equal(actor_before[k], v) for k, v in actor_module(trainer).state_dict().items())
     trainer.global_steps = 2
     second = trainer.train_step(next(batches))
     for key in (
@@ -191,11 +196,9 @@ def test_ppo_with_critic_and_warmup(tiny_model_dir, arithmetic_files, tmp_path):
         "timing_s/values",
     ):
         assert key in second, key
-    critic_after = trainer.critic.module.state_dict()
+    critic_after = trainer.group("critic").workers[0].module.state_dict()
     assert any(not torch.equal(critic_before[k], critic_after[k]) for k in critic_before)
-    assert any(
-        not torch.equal(actor_before[k], v) for k, v in trainer.actor_rollout.module.state_dict().items()
-    )
+    assert any(not torch.equal(actor_before[k], v) for k, v in actor_module(trainer).state_dict().items())
 
 
 RL_RECIPES = [name for name in list_recipes() if name != "sft"]
@@ -241,8 +244,9 @@ def test_dynamic_sampling_fills_the_batch_with_varied_groups(tiny_model_dir, ari
 
     trainer = RLTrainer(config, reward_fn=first_token_reward)
     trained = []
-    update = trainer.actor_rollout.update_actor
-    trainer.actor_rollout.update_actor = lambda batch: trained.append(batch) or update(batch)
+    worker = trainer.group("actor_rollout").workers[0]
+    update = worker.update_actor
+    worker.update_actor = lambda data: trained.append(data) or update(data)
     batches = iterate_batches(trainer.train_dataset, trainer.sampler, trainer._collate, num_epochs=None)
     trainer.global_steps = 1
     metrics = trainer.train_step(next(batches), batches)

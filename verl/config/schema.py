@@ -374,6 +374,8 @@ class RewardModelConfig:
     """reward manager: naive | dapo (naive + overlong reward shaping)"""
     num_examine: int = 0
     """decoded samples per batch to print for inspection"""
+    num_workers: int = 1
+    """reward workers (each batch is split across them); with trainer.backend=ray each is its own process"""
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
     """DAPO overlong reward shaping (reward_manager=dapo)"""
 
@@ -411,7 +413,24 @@ class TrainerSection:
     nnodes: int = 1
     """number of nodes"""
     n_gpus_per_node: int = 1
-    """devices per node"""
+    """data-parallel workers per node for the actor (and critic): one per GPU, or CPU processes without GPUs"""
+    backend: str = "local"
+    """where role workers run: local (in this process, the default) | ray (one Ray actor process per worker;
+    needed for more than one data-parallel worker)"""
+    controller: str = "RLTrainer"
+    """the Controller class that runs the loop: a built-in name (RLTrainer, GRPOController) or module:Class"""
+    trace: bool = False
+    """write an HTML trace of every step's DAG (timings, waits, bytes moved) to trace_path"""
+    trace_path: Optional[str] = None
+    """where the trace goes; None = <default_local_dir>/trace.html"""
+    on_worker_failure: str = "fail"
+    """when a worker dies or raises: fail (stop with an error naming the role, rank and cause) | restart
+    (start fresh workers, restore the actor/critic state kept on the driver, retry the step)"""
+    max_worker_restarts: int = 3
+    """restarts allowed per role over the whole run before giving up (on_worker_failure=restart)"""
+    worker_state_freq: int = 1
+    """with on_worker_failure=restart: copy the actor/critic state (weights, optimizer) to the driver every
+    this many steps, so a restarted worker resumes from it; 0 = never (a restarted trained role then fails)"""
     device: str = "cpu"
     """device type: cpu | cuda | auto"""
     critic_warmup: int = 0

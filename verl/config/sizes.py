@@ -31,6 +31,8 @@ class DerivedSizes:
     """samples per critic forward/backward pass"""
     critic_ppo_epochs: int = 0
     """critic passes over the batch per RL step (critic.ppo_epochs, or the actor's)"""
+    dp_size: int = 1
+    """data-parallel workers of the actor and critic: trainer.nnodes * trainer.n_gpus_per_node"""
 
     def describe(self) -> str:
         """Readable multi-line summary for logs."""
@@ -52,6 +54,8 @@ class DerivedSizes:
                 f" ({plural(self.grad_accum_steps, 'gradient-accumulation step')} per mini-batch)",
                 f"  optimizer steps per RL step: {self.optimizer_steps_per_rl_step}"
                 f" ({plural(epochs, 'epoch')} x {plural(mini_batches, 'mini-batch', 'es')})",
+                f"  data-parallel workers:       {self.dp_size}"
+                + (f" ({self.samples_per_step // self.dp_size} samples each)" if self.dp_size > 1 else ""),
             ]
         )
 
@@ -90,6 +94,15 @@ def derive_sizes(cfg: DictConfig) -> DerivedSizes:
     mini, micro = _mini_and_micro(
         prompts, n, mini_prompts, actor.ppo_micro_batch_size_per_gpu, "actor_rollout_ref.actor"
     )
+    trainer = cfg.get("trainer")
+    dp = int(trainer.nnodes * trainer.n_gpus_per_node) if trainer is not None else 1
+    # Every worker must get the same number of whole mini-batches, so the batches split evenly.
+    for what, samples in (("samples per step", prompts * n), ("actor mini-batch samples", mini)):
+        if samples % dp:
+            raise ConfigError(
+                f"{what} ({samples}) must be divisible by the {dp} data-parallel workers "
+                "(trainer.nnodes x trainer.n_gpus_per_node)"
+            )
     critic = cfg.get("critic")
     critic_mini = critic_micro = critic_epochs = 0
     if critic is not None:
@@ -108,4 +121,5 @@ def derive_sizes(cfg: DictConfig) -> DerivedSizes:
         critic_mini_batch_samples=critic_mini,
         critic_micro_batch_samples=critic_micro,
         critic_ppo_epochs=critic_epochs,
+        dp_size=dp,
     )

@@ -93,6 +93,21 @@ def validate(cfg: DictConfig) -> None:
         _at_least(errors, "actor_rollout_ref.rollout.val_kwargs.n", rollout.val_kwargs.n, 1)
         _at_least(errors, "actor_rollout_ref.rollout.micro_batch_size", rollout.micro_batch_size, 1)
         _choice(errors, "algorithm.kl_ctrl.type", cfg.algorithm.kl_ctrl.type, KL_CTRL_TYPES)
+        trainer = cfg.trainer
+        _choice(errors, "trainer.backend", trainer.backend, ("local", "ray"))
+        _choice(errors, "trainer.on_worker_failure", trainer.on_worker_failure, ("fail", "restart"))
+        _at_least(errors, "trainer.nnodes", trainer.nnodes, 1)
+        _at_least(errors, "trainer.n_gpus_per_node", trainer.n_gpus_per_node, 1)
+        _at_least(errors, "reward_model.num_workers", cfg.reward_model.num_workers, 1)
+        _at_least(errors, "trainer.max_worker_restarts", trainer.max_worker_restarts, 0)
+        _at_least(errors, "trainer.worker_state_freq", trainer.worker_state_freq, 0)
+        workers = trainer.nnodes * trainer.n_gpus_per_node
+        if trainer.backend == "local" and (workers > 1 or cfg.reward_model.num_workers > 1):
+            errors.append(
+                f"trainer.backend=local runs every worker in this process, so it has one data-parallel worker; "
+                f"got trainer.nnodes x trainer.n_gpus_per_node = {workers} and reward_model.num_workers = "
+                f"{cfg.reward_model.num_workers}: set trainer.backend=ray for more"
+            )
         _choice(errors, "critic.loss_agg_mode", cfg.critic.loss_agg_mode, LOSS_AGG_MODES)
         _choice(
             errors,

@@ -1,15 +1,17 @@
-"""The RL trainer: PPO-family post-training of a causal LM, one short step at a time.
+"""The RL trainer: PPO-family post-training of a causal LM, written on the :class:`Controller`.
 
-One step (``train_step``), in verl's order:
+One step (``_build_dag``) is a DAG of role calls, in verl's order:
   1. take a batch of prompts and repeat each ``rollout.n`` times (one group per prompt);
-  2. gen: sample responses with the current policy;
-  3. reward: score each response (rule functions chosen by ``data_source``);
-  4. old_log_prob: log-probs of the responses under the policy that sampled them;
-  5. ref: log-probs under the frozen reference (only when a KL term is on);
-  6. values: the critic's per-token values (only with a critic, e.g. GAE);
-  7. adv: KL penalty in the reward (optional), then the advantage estimator;
-  8. update_critic, then update_actor (after ``trainer.critic_warmup`` steps).
-Greedy validation on the held-out split runs every ``trainer.test_freq`` steps and at the end.
+  2. actor_rollout.generate_sequences: sample responses with the current policy;
+  3. reward.compute_score: score each response (rule functions chosen by ``data_source``);
+  4. actor_rollout.compute_log_prob: log-probs under the policy that sampled them (skipped on-policy);
+  5. actor_rollout.compute_ref_log_prob: log-probs under the frozen reference (when a KL term is on);
+  6. critic.compute_values: per-token values (with a critic, e.g. GAE);
+  7. driver: KL penalty in the reward (optional), then the advantage estimator;
+  8. critic.update_critic and actor_rollout.update_actor (after ``trainer.critic_warmup`` steps).
+Steps 3, 4-5 and 6 live on different roles and run at the same time; the controller starts each step
+as soon as its inputs are ready. Greedy validation on the held-out split runs every
+``trainer.test_freq`` steps and at the end.
 """
 
 from __future__ import annotations
@@ -28,27 +30,42 @@ from verl.config import derive_sizes
 from verl.data import EpochSampler, RLDataset, collate_rl, iterate_batches
 from verl.models import load_tokenizer
 from verl.protocol import DataProto
+from verl.single_controller.flow import Controller, DataChannel, Role, StepOutputs
 from verl.trainer.advantage import apply_kl_penalty, compute_advantage
 from verl.trainer.metrics import compute_data_metrics, compute_throughput_metrics, compute_validation_metrics
 from verl.utils.seeding import configure_torch_threads, set_seed
 from verl.utils.timing import marked_timer
 from verl.utils.tracking import Tracking
-from verl.workers.reward import load_reward_manager
-from verl.workers.roles import ActorRolloutRefWorker, CriticWorker
+from verl.workers.roles import ActorRolloutRefWorker, CriticWorker, RewardWorker
 
 logger = logging.getLogger(__name__)
 
 PROMPT_KEYS = ["input_ids", "attention_mask", "position_ids"]
 
+# The timing_s/<name> metric of each step of the DAG (verl's names).
+TIMING_NAMES = {
+    "compute_log_prob": "old_log_prob",
+    "compute_ref_log_prob": "ref",
+    "compute_values": "values",
+    "compute_advantages": "adv",
+    "update_critic": "update_critic",
+    "update_actor": "update_actor",
+}
 
-class RLTrainer:
-    """Builds the datasets and workers from a config, then ``fit()`` runs the RL loop."""
+
+class RLTrainer(Controller):
+    """Builds the datasets and role workers from a config, then ``fit()`` runs the RL loop.
+
+    Subclass it and override :meth:`_build_dag` to change what one step does (see ``GRPOController``).
+    """
 
     def __init__(self, config: Any, reward_fn: Any = None, val_reward_fn: Any = None) -> None:
+        trainer_cfg = config.trainer
+        super().__init__(backend=trainer_cfg.backend, trace=trainer_cfg.trace)
         self.config = config
         self.sizes = derive_sizes(config)
-        configure_torch_threads(config.trainer.torch_threads)
-        set_seed(config.trainer.seed)
+        configure_torch_threads(trainer_cfg.torch_threads)
+        set_seed(trainer_cfg.seed)
         actor_cfg = config.actor_rollout_ref.actor
         # Unknown names fail here, not at the first step after a long validation pass.
         get_adv_estimator_fn(config.algorithm.adv_estimator)
@@ -60,18 +77,14 @@ class RLTrainer:
         if self.recompute_old_log_prob is None:
             on_policy = self.sizes.optimizer_steps_per_rl_step == 1
             self.recompute_old_log_prob = not on_policy or config.algorithm.use_kl_in_reward
-
-        self._build_datasets_and_workers()
-        self.reward_fn = reward_fn or load_reward_manager(
-            config, self.tokenizer, config.reward_model.num_examine
-        )
-        self.val_reward_fn = val_reward_fn or load_reward_manager(config, self.tokenizer, 0)
         self.kl_ctrl = (
             get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
         )
         self.global_steps = 0
+        self._build_datasets()
+        self._register_roles(reward_fn, val_reward_fn)
 
-    def _build_datasets_and_workers(self) -> None:
+    def _build_datasets(self) -> None:
         """Datasets first: the number of steps (which the LR schedule needs) follows from their size."""
         cfg = self.config
         data = cfg.data
@@ -97,11 +110,242 @@ class RLTrainer:
         self.total_training_steps = (
             cfg.trainer.total_training_steps or len(self.sampler) * cfg.trainer.total_epochs
         )
-        self.actor_rollout = ActorRolloutRefWorker(cfg, self.total_training_steps, self.need_ref)
-        self.critic = CriticWorker(cfg, self.total_training_steps) if self.need_critic else None
+
+    def _register_roles(self, reward_fn: Any, val_reward_fn: Any) -> None:
+        """The roles of PPO/GRPO; the actor and critic have ``trainer.nnodes x n_gpus_per_node`` workers."""
+        cfg = self.config
+        policy = dict(on_failure=cfg.trainer.on_worker_failure, max_restarts=cfg.trainer.max_worker_restarts)
+        steps = self.total_training_steps
+        self.register_role(
+            Role(
+                "actor_rollout",
+                "actor",
+                worker_class=ActorRolloutRefWorker,
+                init_kwargs=dict(config=cfg, total_training_steps=steps, need_ref=self.need_ref),
+                num_workers=self.sizes.dp_size,
+                **policy,
+            )
+        )
+        if self.need_critic:
+            self.register_role(
+                Role(
+                    "critic",
+                    "critic",
+                    worker_class=CriticWorker,
+                    init_kwargs=dict(config=cfg, total_training_steps=steps),
+                    num_workers=self.sizes.dp_size,
+                    **policy,
+                )
+            )
+        self.register_role(
+            Role(
+                "reward",
+                "reward_model",
+                worker_class=RewardWorker,
+                init_kwargs=dict(config=cfg, reward_fn=reward_fn, val_reward_fn=val_reward_fn),
+                num_workers=cfg.reward_model.num_workers,
+                **policy,
+            )
+        )
 
     def _collate(self, items: list[dict]) -> DataProto:
         return collate_rl(items, self.tokenizer.pad_token_id)
+
+    # ------------------------------------------------------------------ one RL step
+
+    def _build_dag(
+        self, prompts: DataProto, more_prompts: Iterator[DataProto] | None = None
+    ) -> dict[str, Any]:
+        """Declare one RL step; returns the channels ``batch`` (what was trained on) and ``metrics`` (a list
+        of channels holding metric dicts)."""
+        batch, scores = self.rollout_and_score(prompts, more_prompts)
+        old = ref = values = None
+        if self.recompute_old_log_prob:
+            old = self.step(
+                role="actor_rollout",
+                method="compute_log_prob",
+                inputs={"data": batch},
+                outputs=["old_log_probs"],
+            )
+        if self.need_ref:
+            ref = self.step(
+                role="actor_rollout",
+                method="compute_ref_log_prob",
+                inputs={"data": batch},
+                outputs=["ref_log_prob"],
+            )
+        if self.need_critic:
+            values = self.step(
+                role="critic", method="compute_values", inputs={"data": batch}, outputs=["values"]
+            )
+        adv = self.step(
+            method=self.compute_advantages,
+            inputs={"batch": batch, "scores": scores, **_present(old=old, ref=ref, values=values)},
+            outputs=["batch", "metrics"],
+        )
+        metrics = [adv["metrics"]]
+        if self.need_critic:
+            critic = self.step(
+                role="critic", method="update_critic", inputs={"data": adv["batch"]}, outputs=["metrics"]
+            )
+            metrics.append(critic["metrics"])
+        # Critic warm-up: the first steps only fit the value function, the policy waits.
+        if self.global_steps > self.config.trainer.critic_warmup:
+            actor = self.step(
+                role="actor_rollout",
+                method="update_actor",
+                inputs={"data": adv["batch"]},
+                outputs=["metrics"],
+            )
+            metrics.append(actor["metrics"])
+        return {"batch": adv["batch"], "metrics": metrics}
+
+    def rollout_and_score(
+        self, prompts: DataProto, more_prompts: Iterator[DataProto] | None = None
+    ) -> tuple[DataChannel | DataProto, DataChannel | DataProto]:
+        """Generate ``rollout.n`` responses per prompt and score them: the batch and its scores.
+
+        With DAPO dynamic sampling (``algorithm.filter_groups``) this reads the scores and, when too
+        many groups have no reward variance, generates from ``more_prompts`` until the step is full.
+        """
+        gen, reward = self.generate_and_score(self.repeat_prompts(prompts, tag="0"))
+        if not self.config.algorithm.filter_groups.enable:
+            return gen["batch"], reward["scores"]
+        return self.fill_with_varied_groups(gen, reward, more_prompts)
+
+    def repeat_prompts(self, batch: DataProto, tag: str) -> DataProto:
+        """Give each prompt a uid (its group) and repeat it ``rollout.n`` times, consecutively."""
+        n = self.config.actor_rollout_ref.rollout.n
+        batch.non_tensor_batch["uid"] = np.array(
+            [f"{self.global_steps}-{tag}-{i}" for i in range(len(batch))], dtype=object
+        )
+        if self.config.algorithm.adv_estimator == "remax":
+            # ReMax's baseline: the reward of the greedy response to the same prompt.
+            _, greedy = self.generate_and_score(batch, validate=True, names=("gen_max", "reward_max"))
+            baselines = greedy["scores"].get().batch["token_level_scores"].sum(-1).repeat_interleave(n)
+            batch = batch.repeat(n, interleave=True)
+            batch.batch["reward_baselines"] = baselines
+            return batch
+        return batch.repeat(n, interleave=True)
+
+    def generate_and_score(
+        self, batch: DataProto, validate: bool = False, names: tuple[str, str] = ("gen", "reward")
+    ) -> tuple[StepOutputs, StepOutputs]:
+        """Declare generation (greedy ``val_kwargs`` when ``validate``) and scoring of a batch of prompts."""
+        batch = batch.select()
+        batch.meta_info["validate"] = validate
+        gen_name, reward_name = names
+        gen = self.step(
+            role="actor_rollout",
+            method="generate_sequences",
+            inputs={"prompts": batch},
+            outputs=["batch"],
+            name=gen_name,
+        )
+        reward = self.step(
+            role="reward",
+            method="compute_score",
+            inputs={"data": gen["batch"]},
+            outputs=["scores"],
+            name=reward_name,
+        )
+        return gen, reward
+
+    def compute_advantages(
+        self,
+        batch: DataProto,
+        scores: DataProto,
+        old: DataProto | None = None,
+        ref: DataProto | None = None,
+        values: DataProto | None = None,
+    ) -> dict[str, Any]:
+        """Driver-side: merge what the roles computed, apply the KL penalty (optional), run the estimator."""
+        algo = self.config.algorithm
+        metrics: dict[str, float] = {}
+        batch = batch.select().union(scores)  # a new DataProto: channel values are never changed in place
+        if old is not None:
+            entropys = old.batch["entropys"]
+            metrics["actor/entropy"] = masked_mean(entropys, batch.batch["response_mask"]).item()
+            batch = batch.union(old.select(batch_keys=["old_log_probs"]))
+        for part in (ref, values):
+            if part is not None:
+                batch = batch.union(part)
+        if algo.use_kl_in_reward:
+            metrics.update(apply_kl_penalty(batch, self.kl_ctrl, algo.kl_penalty))
+        else:
+            batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+        batch = compute_advantage(batch, algo)
+        batch.meta_info["sizes"] = self.sizes
+        batch.meta_info["progress"] = (self.global_steps - 1) / max(1, self.total_training_steps - 1)
+        return {"batch": batch, "metrics": metrics}
+
+    def fill_with_varied_groups(
+        self, gen: StepOutputs, reward: StepOutputs, more_prompts: Iterator[DataProto] | None
+    ) -> tuple[DataProto, DataProto]:
+        """DAPO dynamic sampling (Yu et al. 2025, arXiv 2503.14476).
+
+        A group whose responses all score the same has zero advantage and teaches nothing: drop it,
+        and generate from further prompts until ``data.train_batch_size`` groups remain (at most
+        ``filter_groups.max_num_gen_batches`` generation batches; 0 = no limit).
+        """
+        cfg = self.config.algorithm.filter_groups
+        n = self.config.actor_rollout_ref.rollout.n
+        wanted = self.config.data.train_batch_size
+        kept, num_groups, generated = [], 0, 0
+        while True:
+            generated += 1
+            scores = reward["scores"].get()
+            score_fields = list(scores.non_tensor_batch)
+            scored = gen["batch"].get().select().union(scores)
+            varied = _varied_groups(scored, cfg.metric)
+            kept.append(varied)
+            num_groups += len(varied) // n
+            if num_groups >= wanted:
+                break
+            if more_prompts is None or (cfg.max_num_gen_batches > 0 and generated >= cfg.max_num_gen_batches):
+                raise RuntimeError(
+                    f"dynamic sampling found {num_groups} of {wanted} groups with varied rewards after {generated} "
+                    "generation batches; raise algorithm.filter_groups.max_num_gen_batches, lower "
+                    "data.train_batch_size, or check that the task is neither too easy nor too hard for the model"
+                )
+            gen, reward = self.generate_and_score(self.repeat_prompts(next(more_prompts), tag=str(generated)))
+        self._num_gen_batches = generated
+        # Groups are contiguous (interleaved repeat), so the first wanted * n rows are whole groups.
+        batch = DataProto.concat(kept)[: wanted * n]
+        return batch, batch.pop(batch_keys=["token_level_scores"], non_tensor_batch_keys=score_fields)
+
+    def train_step(
+        self, prompts: DataProto, more_prompts: Iterator[DataProto] | None = None
+    ) -> dict[str, float]:
+        """Run one RL step (the DAG of :meth:`_build_dag`) and return its metrics."""
+        self._num_gen_batches = 0
+        start = time.perf_counter()
+        with self.dag(f"step {self.global_steps}"):
+            out = self._build_dag(prompts, more_prompts)
+            metrics: dict[str, float] = {}
+            for channel in out["metrics"]:
+                value = channel.get()  # a dict from the driver, a DataProto carrying meta_info from a worker
+                metrics.update(value.meta_info["metrics"] if isinstance(value, DataProto) else value)
+            batch = out["batch"].get()
+        timing = self.last_step_timings()
+        timing["step"] = time.perf_counter() - start
+        timing.setdefault("old_log_prob", 0.0)  # skipped on-policy: the update uses its own log-probs
+        if self._num_gen_batches:
+            metrics["train/num_gen_batches"] = self._num_gen_batches
+        metrics.update(compute_data_metrics(batch, self.config.data.max_response_length))
+        metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
+        metrics.update(compute_throughput_metrics(batch, timing["step"], n_devices=self.sizes.dp_size))
+        metrics.update({f"worker/restarts/{role}": float(n) for role, n in self.restarts.items()})
+        metrics["training/global_step"] = self.global_steps
+        return metrics
+
+    def last_step_timings(self) -> dict[str, float]:
+        """Seconds each step of the last DAG ran, summed per timing name (generation may run several times)."""
+        timing: dict[str, float] = {}
+        for method, seconds in self.step_durations():
+            name = TIMING_NAMES.get(method, method)
+            timing[name] = timing.get(name, 0.0) + seconds
+        return timing
 
     # ------------------------------------------------------------------ the loop
 
@@ -116,6 +360,10 @@ class RLTrainer:
             cfg.experiment_name,
         )
         tracking.write(self.sizes.describe())
+        tracking.write(
+            f"backend {self.backend}: "
+            + ", ".join(f"{name} x{group.world_size}" for name, group in self.groups.items())
+        )
         if not self.recompute_old_log_prob:
             tracking.write(
                 "old_log_prob pass skipped: one optimizer step per RL step, so the update is on-policy"
@@ -125,15 +373,27 @@ class RLTrainer:
             "val_after": {},
             "metrics_path": str(tracking.metrics_path),
         }
-        if cfg.val_before_train and self.val_dataset is not None:
-            summary["val_before"] = self.validate()
-            tracking.log(summary["val_before"], step=0)
-            if cfg.val_only:
-                tracking.close()
-                return summary
+        try:
+            if cfg.val_before_train and self.val_dataset is not None:
+                summary["val_before"] = self.validate()
+                tracking.log(summary["val_before"], step=0)
+                if cfg.val_only:
+                    return summary
+            summary.update(self._train_loop(tracking))
+        finally:
+            tracking.close()
+            if self.recorder is not None:
+                summary["trace_path"] = self.write_trace(
+                    self.trace_path(), title=f"verl trace: {cfg.experiment_name}"
+                )
+        return summary
+
+    def _train_loop(self, tracking: Tracking) -> dict[str, Any]:
+        cfg = self.config.trainer
         batches = iterate_batches(self.train_dataset, self.sampler, self._collate, num_epochs=None)
         start = time.perf_counter()
         metrics: dict[str, float] = {}
+        val_metrics: dict[str, float] = {}
         for step in range(1, self.total_training_steps + 1):
             self.global_steps = step
             metrics = self.train_step(next(batches), batches)
@@ -145,16 +405,32 @@ class RLTrainer:
                     val_metrics = self.validate()
                 metrics.update(val_metrics)
                 metrics["timing_s/testing"] = timing["testing"]
-                summary["val_after"] = val_metrics
             if cfg.save_freq > 0 and (step % cfg.save_freq == 0 or is_last):
                 with marked_timer("save_checkpoint", timing := {}):
                     self.save_hf(step)
                 metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
+            if (
+                cfg.on_worker_failure == "restart"
+                and cfg.worker_state_freq > 0
+                and step % cfg.worker_state_freq == 0
+            ):
+                self.save_worker_states()
             tracking.log(metrics, step)
-        summary["train_seconds"] = time.perf_counter() - start
-        summary["last_metrics"] = metrics
-        tracking.close()
-        return summary
+        return {
+            "val_after": val_metrics,
+            "train_seconds": time.perf_counter() - start,
+            "last_metrics": metrics,
+        }
+
+    def save_worker_states(self) -> None:
+        """Keep a driver-side copy of the trained roles' state, which a restarted worker resumes from."""
+        for role in ("actor_rollout", "critic"):
+            if role in self.groups:
+                self.groups[role].save_state()
+
+    def trace_path(self) -> str:
+        path = self.config.trainer.trace_path
+        return str(Path(path or Path(self.config.trainer.default_local_dir) / "trace.html").expanduser())
 
     def save_hf(self, step: int) -> Path:
         """Save the policy as a HuggingFace directory: ``<default_local_dir>/global_step_<N>/actor/huggingface``.
@@ -167,123 +443,8 @@ class RLTrainer:
             / "actor"
             / "huggingface"
         )
-        self.actor_rollout.save_hf(str(path))
+        self.group("actor_rollout").save_hf(str(path))
         return path
-
-    def train_step(
-        self, batch: DataProto, more_prompts: Iterator[DataProto] | None = None
-    ) -> dict[str, float]:
-        """One RL step on a batch of prompts; returns its metrics.
-
-        ``more_prompts`` supplies further batches when dynamic sampling (``algorithm.filter_groups``)
-        drops groups and has to generate more to fill the step.
-        """
-        algo = self.config.algorithm
-        timing: dict[str, float] = {}
-        metrics: dict[str, float] = {}
-        with marked_timer("step", timing):
-            batch = self.rollout_and_score(batch, timing, tag="0")
-            if algo.filter_groups.enable:
-                batch = self.fill_with_varied_groups(batch, more_prompts, timing, metrics)
-
-            if self.recompute_old_log_prob:
-                with marked_timer("old_log_prob", timing):
-                    old = self.actor_rollout.compute_log_prob(batch)
-                    entropys = old.pop(batch_keys=["entropys"]).batch["entropys"]
-                    metrics["actor/entropy"] = masked_mean(entropys, batch.batch["response_mask"]).item()
-                    batch = batch.union(old)
-            else:
-                timing["old_log_prob"] = 0.0  # skipped: the update uses the detached current log-probs
-
-            if self.need_ref:
-                with marked_timer("ref", timing):
-                    batch = batch.union(self.actor_rollout.compute_ref_log_prob(batch))
-
-            if self.need_critic:
-                with marked_timer("values", timing):
-                    batch = batch.union(self.critic.compute_values(batch))
-
-            with marked_timer("adv", timing):
-                if algo.use_kl_in_reward:
-                    metrics.update(apply_kl_penalty(batch, self.kl_ctrl, algo.kl_penalty))
-                else:
-                    batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-                batch = compute_advantage(batch, algo)
-
-            batch.meta_info["sizes"] = self.sizes
-            batch.meta_info["progress"] = (self.global_steps - 1) / max(1, self.total_training_steps - 1)
-            if self.need_critic:
-                with marked_timer("update_critic", timing):
-                    metrics.update(self.critic.update_critic(batch).meta_info["metrics"])
-
-            # Critic warm-up: the first steps only fit the value function, the policy waits.
-            if self.global_steps > self.config.trainer.critic_warmup:
-                with marked_timer("update_actor", timing):
-                    metrics.update(self.actor_rollout.update_actor(batch).meta_info["metrics"])
-
-        metrics.update(compute_data_metrics(batch, self.config.data.max_response_length))
-        metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
-        metrics.update(compute_throughput_metrics(batch, timing["step"], n_devices=1))
-        metrics["training/global_step"] = self.global_steps
-        return metrics
-
-    def rollout_and_score(self, batch: DataProto, timing: dict[str, float], tag: str) -> DataProto:
-        """Repeat each prompt ``rollout.n`` times, generate, and score: the start of every RL step."""
-        algo = self.config.algorithm
-        n = self.config.actor_rollout_ref.rollout.n
-        # One uid per prompt: the n responses to it form one group for the advantage baseline.
-        batch.non_tensor_batch["uid"] = np.array(
-            [f"{self.global_steps}-{tag}-{i}" for i in range(len(batch))], dtype=object
-        )
-        if algo.adv_estimator == "remax":
-            # ReMax's baseline: the reward of the greedy response to the same prompt.
-            with marked_timer("gen_max", timing):
-                _, greedy_reward = self.generate_and_score(batch, self.reward_fn, validate=True)
-                baselines = greedy_reward["reward_tensor"].sum(-1).repeat_interleave(n)
-        batch = batch.repeat(n, interleave=True)
-        prompts = batch.pop(batch_keys=PROMPT_KEYS)
-        with marked_timer("gen", timing):
-            batch = batch.union(self.actor_rollout.generate_sequences(prompts))
-        if algo.adv_estimator == "remax":
-            batch.batch["reward_baselines"] = baselines
-
-        with marked_timer("reward", timing):
-            reward = self.reward_fn(batch, return_dict=True)
-            batch.batch["token_level_scores"] = reward["reward_tensor"]
-            for key, values in reward["reward_extra_info"].items():
-                batch.non_tensor_batch[key] = np.array(values, dtype=object)
-        return batch
-
-    def fill_with_varied_groups(
-        self, batch: DataProto, more_prompts: Iterator[DataProto] | None, timing: dict, metrics: dict
-    ) -> DataProto:
-        """DAPO dynamic sampling (Yu et al. 2025, arXiv 2503.14476).
-
-        A group whose responses all score the same has zero advantage and teaches nothing: drop it,
-        and generate from further prompts until ``data.train_batch_size`` groups remain (at most
-        ``filter_groups.max_num_gen_batches`` generation batches; 0 = no limit).
-        """
-        cfg = self.config.algorithm.filter_groups
-        n = self.config.actor_rollout_ref.rollout.n
-        wanted = self.config.data.train_batch_size
-        kept, num_groups, generated = [], 0, 0
-        while True:
-            generated += 1
-            varied = _varied_groups(batch, cfg.metric)
-            kept.append(varied)
-            num_groups += len(varied) // n
-            if num_groups >= wanted:
-                break
-            if more_prompts is None or (cfg.max_num_gen_batches > 0 and generated >= cfg.max_num_gen_batches):
-                raise RuntimeError(
-                    f"dynamic sampling found {num_groups} of {wanted} groups with varied rewards after {generated} "
-                    "generation batches; raise algorithm.filter_groups.max_num_gen_batches, lower "
-                    "data.train_batch_size, or check that the task is neither too easy nor too hard for the model"
-                )
-            batch = self.rollout_and_score(next(more_prompts), timing, tag=str(generated))
-        metrics["train/num_gen_batches"] = generated
-        # Groups are contiguous (interleaved repeat), so the first wanted * n rows are whole groups.
-        return DataProto.concat(kept)[: wanted * n]
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
@@ -292,25 +453,70 @@ class RLTrainer:
         batch_size = self.config.data.val_batch_size or len(self.val_dataset)
         sources, scores = [], []
         extra: dict[str, list] = {}
-        for start in range(0, len(self.val_dataset), batch_size):
-            items = [
-                self.val_dataset[i] for i in range(start, min(start + batch_size, len(self.val_dataset)))
-            ]
-            batch = self._collate(items).repeat(val_kwargs.n, interleave=True)
-            batch, reward = self.generate_and_score(batch, self.val_reward_fn, validate=True)
-            scores += reward["reward_tensor"].sum(-1).tolist()
-            sources += list(batch.non_tensor_batch[self.config.data.reward_fn_key])
-            for key, values in reward["reward_extra_info"].items():
+        with self.dag("validation"):
+            outputs = []
+            for start in range(0, len(self.val_dataset), batch_size):
+                items = [
+                    self.val_dataset[i] for i in range(start, min(start + batch_size, len(self.val_dataset)))
+                ]
+                batch = self._collate(items).repeat(val_kwargs.n, interleave=True)
+                outputs.append(self.generate_and_score(batch, validate=True))
+        for gen, reward in outputs:
+            result = reward["scores"].get()
+            scores += result.batch["token_level_scores"].sum(-1).tolist()
+            sources += list(gen["batch"].get().non_tensor_batch[self.config.data.reward_fn_key])
+            for key, values in result.non_tensor_batch.items():
                 extra.setdefault(key, []).extend(values)
         return compute_validation_metrics(sources, scores, extra, n=val_kwargs.n)
 
-    def generate_and_score(self, batch: DataProto, reward_fn: Any, validate: bool) -> tuple[DataProto, dict]:
-        """Generate one response per row (greedy ``val_kwargs`` when ``validate``) and score it."""
-        batch = batch.select(deepcopy=False)
-        prompts = batch.pop(batch_keys=PROMPT_KEYS)
-        prompts.meta_info["validate"] = validate
-        batch = batch.union(self.actor_rollout.generate_sequences(prompts))
-        return batch, reward_fn(batch, return_dict=True)
+
+class GRPOController(RLTrainer):
+    """The GRPO step written out on its own: no critic, group-relative advantages, one policy update.
+
+    An example of overriding ``_build_dag``; ``verl run --controller GRPOController`` runs it.
+    """
+
+    def _build_dag(
+        self, prompts: DataProto, more_prompts: Iterator[DataProto] | None = None
+    ) -> dict[str, Any]:
+        if self.need_critic or self.config.algorithm.adv_estimator not in ("grpo", "grpo_passk", "rloo"):
+            raise ValueError("GRPOController runs critic-free group estimators (grpo, grpo_passk, rloo)")
+        gen, reward = self.generate_and_score(self.repeat_prompts(prompts, tag="0"))
+        batch, scores = gen["batch"], reward["scores"]
+        ref = (
+            self.step(
+                role="actor_rollout",
+                method="compute_ref_log_prob",
+                inputs={"data": batch},
+                outputs=["ref_log_prob"],
+            )
+            if self.need_ref
+            else None
+        )
+        old = (
+            self.step(
+                role="actor_rollout",
+                method="compute_log_prob",
+                inputs={"data": batch},
+                outputs=["old_log_probs"],
+            )
+            if self.recompute_old_log_prob
+            else None
+        )
+        adv = self.step(
+            method=self.compute_advantages,
+            inputs={"batch": batch, "scores": scores, **_present(old=old, ref=ref)},
+            outputs=["batch", "metrics"],
+        )
+        actor = self.step(
+            role="actor_rollout", method="update_actor", inputs={"data": adv["batch"]}, outputs=["metrics"]
+        )
+        return {"batch": adv["batch"], "metrics": [adv["metrics"], actor["metrics"]]}
+
+
+def _present(**steps: StepOutputs | None) -> dict[str, DataChannel]:
+    """The single output channel of each step that was declared (skipped steps are None)."""
+    return {name: next(iter(step.values())) for name, step in steps.items() if step is not None}
 
 
 def _varied_groups(batch: DataProto, metric: str) -> DataProto:

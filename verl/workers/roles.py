@@ -1,8 +1,11 @@
-"""Role workers: thin classes that wire models, engines and the actor together.
+"""Role workers: thin :class:`~verl.single_controller.Worker` classes that wire models, engines and
+algorithms together. The controller calls their ``@register``-ed methods through a worker group, in
+this process or in Ray actor processes; each method takes and returns a :class:`DataProto`.
 
 ``ActorRolloutRefWorker`` is the hybrid engine: one worker holding the actor (trained), the
 rollout (generates with the actor's own weights, so there is nothing to synchronise) and,
-when a KL term needs it, a frozen reference copy.
+when a KL term needs it, a frozen reference copy. ``CriticWorker`` holds the value model,
+``RewardWorker`` the rule-based reward functions.
 """
 
 from __future__ import annotations
@@ -10,10 +13,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import numpy as np
 import torch
 
 from verl.models import load_hf_model, load_tokenizer, load_value_model
 from verl.protocol import DataProto
+from verl.single_controller import Dispatch, Worker, register
+from verl.utils.seeding import configure_torch_threads, set_seed
 from verl.workers.actor import Actor
 from verl.workers.critic import Critic
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
@@ -36,11 +42,26 @@ def prepare_for_training(module: torch.nn.Module, model_cfg: Any, optim_cfg: Any
     return optimizer, build_lr_scheduler(optimizer, optim_cfg, total_steps)
 
 
-class ActorRolloutRefWorker:
+def setup_process(config: Any, rank: int) -> None:
+    """Threads and seeds of a worker: a worker in its own process starts from nothing the driver set.
+
+    Each rank gets its own seed, so data-parallel ranks sample different responses.
+    """
+    configure_torch_threads(config.trainer.torch_threads)
+    set_seed(config.trainer.seed + rank)
+
+
+def _cloned(state: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a (nested) state dict that later training steps cannot change."""
+    return copy.deepcopy(state)
+
+
+class ActorRolloutRefWorker(Worker):
     """Actor + rollout + reference for one data-parallel rank."""
 
     def __init__(self, config: Any, total_training_steps: int, need_ref: bool) -> None:
         self.config = config
+        setup_process(config, self.rank)
         arr = config.actor_rollout_ref
         model_cfg = arr.model
         self.tokenizer = load_tokenizer(
@@ -72,11 +93,24 @@ class ActorRolloutRefWorker:
         section = rollout_cfg.val_kwargs if validate else rollout_cfg
         return SamplingParams.from_config(section, self.config.data.max_response_length)
 
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def generate_sequences(self, prompts: DataProto) -> DataProto:
-        """Sample responses; ``meta_info["validate"]`` switches to the greedy validation settings."""
-        sampling = self.sampling_params(bool(prompts.meta_info.get("validate", False)))
-        return self.rollout.generate_sequences(prompts, sampling)
+        """Sample responses; ``meta_info["validate"]`` switches to the greedy validation settings.
 
+        The prompts' other per-sample fields come back with the output, so the result is the whole batch
+        the next steps need.
+        """
+        sampling = self.sampling_params(bool(prompts.meta_info.get("validate", False)))
+        output = self.rollout.generate_sequences(prompts, sampling)
+        # Fields the rollout does not produce (uid, ground truth, reward baselines, ...) pass through.
+        for key, values in prompts.non_tensor_batch.items():
+            output.non_tensor_batch.setdefault(key, values)
+        for key, tensor in prompts.batch.items():
+            output.batch.setdefault(key, tensor)
+        output.meta_info = {**prompts.meta_info, **output.meta_info}
+        return output
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """``old_log_probs`` (and ``entropys``) of the responses under the current policy."""
         rollout_cfg = self.config.actor_rollout_ref.rollout
@@ -85,6 +119,7 @@ class ActorRolloutRefWorker:
         )
         return DataProto.from_dict(tensors={"old_log_probs": log_probs, "entropys": entropy})
 
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         if self.ref_module is None:
             raise RuntimeError(
@@ -98,6 +133,7 @@ class ActorRolloutRefWorker:
         )
         return DataProto.from_dict(tensors={"ref_log_prob": log_probs})
 
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_actor(self, data: DataProto) -> DataProto:
         sizes = data.meta_info["sizes"]
         metrics = self.actor.update_policy(
@@ -109,17 +145,35 @@ class ActorRolloutRefWorker:
         )
         return DataProto(meta_info={"metrics": metrics})
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_hf(self, path: str) -> None:
-        """Write the current policy as a HuggingFace directory (weights, config, tokenizer)."""
-        self.module.save_pretrained(path)
-        self.tokenizer.save_pretrained(path)
+        """Write the current policy as a HuggingFace directory (weights, config, tokenizer); rank 0 writes."""
+        if self.rank == 0:
+            self.module.save_pretrained(path)
+            self.tokenizer.save_pretrained(path)
+
+    def get_state(self) -> dict[str, Any]:
+        """Weights, optimizer and LR schedule: what a restarted worker needs to carry on training."""
+        return _cloned(
+            {
+                "model": self.module.state_dict(),
+                "optimizer": self.actor.optimizer.state_dict(),
+                "lr_scheduler": self.actor.lr_scheduler.state_dict(),
+            }
+        )
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.module.load_state_dict(state["model"])
+        self.actor.optimizer.load_state_dict(state["optimizer"])
+        self.actor.lr_scheduler.load_state_dict(state["lr_scheduler"])
 
 
-class CriticWorker:
+class CriticWorker(Worker):
     """The value model of PPO, built from ``critic.model`` (by default the actor's model directory)."""
 
     def __init__(self, config: Any, total_training_steps: int) -> None:
         self.config = config
+        setup_process(config, self.rank)
         critic_cfg = config.critic
         model_cfg = critic_cfg.model
         path = model_cfg.path or config.actor_rollout_ref.model.path
@@ -134,10 +188,12 @@ class CriticWorker:
         )
         self.critic = Critic(self.module, critic_cfg, optimizer, lr_scheduler)
 
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
         values = self.critic.compute_values(data, self.config.critic.forward_micro_batch_size_per_gpu)
         return DataProto.from_dict(tensors={"values": values})
 
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
         sizes = data.meta_info["sizes"]
         metrics = self.critic.update_critic(
@@ -147,3 +203,42 @@ class CriticWorker:
             epochs=sizes.critic_ppo_epochs,
         )
         return DataProto(meta_info={"metrics": metrics})
+
+    def get_state(self) -> dict[str, Any]:
+        return _cloned(
+            {
+                "model": self.module.state_dict(),
+                "optimizer": self.critic.optimizer.state_dict(),
+                "lr_scheduler": self.critic.lr_scheduler.state_dict(),
+            }
+        )
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.module.load_state_dict(state["model"])
+        self.critic.optimizer.load_state_dict(state["optimizer"])
+        self.critic.lr_scheduler.load_state_dict(state["lr_scheduler"])
+
+
+class RewardWorker(Worker):
+    """Rule-based rewards: the reward manager named by ``reward_model.reward_manager``.
+
+    ``compute_score`` uses the validation manager (no printed examples) when the batch's
+    ``meta_info["validate"]`` is set. Custom managers can be passed in (they must pickle for Ray).
+    """
+
+    def __init__(self, config: Any, reward_fn: Any = None, val_reward_fn: Any = None) -> None:
+        from verl.workers.reward import load_reward_manager
+
+        setup_process(config, self.rank)
+        model_cfg = config.actor_rollout_ref.model
+        tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path, model_cfg.trust_remote_code)
+        self.reward_fn = reward_fn or load_reward_manager(config, tokenizer, config.reward_model.num_examine)
+        self.val_reward_fn = val_reward_fn or load_reward_manager(config, tokenizer, 0)
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_score(self, data: DataProto) -> DataProto:
+        """``token_level_scores`` (the score at each response's last token) and any extra per-sample fields."""
+        reward_fn = self.val_reward_fn if data.meta_info.get("validate") else self.reward_fn
+        reward = reward_fn(data, return_dict=True)
+        extra = {key: np.array(values, dtype=object) for key, values in reward["reward_extra_info"].items()}
+        return DataProto.from_dict(tensors={"token_level_scores": reward["reward_tensor"]}, non_tensors=extra)

@@ -1,0 +1,533 @@
+"""Controller, Role, DataChannel: the control flow of an RL algorithm as a DAG of role method calls.
+
+The driver program reads top to bottom, like the seed's PPO example::
+
+    samples = controller.step(role="actor", method="generate", inputs={"prompt": prompts}, outputs=["responses"])
+    values  = controller.step(role="critic", method="score", inputs={"responses": samples["responses"]}, outputs=["values"])
+    rewards = controller.step(role="rm", method="score", inputs={"responses": samples["responses"]}, outputs=["rewards"])
+
+``step`` does not wait: it adds a node to the DAG and returns its outputs as :class:`DataChannel` s
+(futures). A node runs as soon as its inputs are ready, in a thread of the controller, so the critic
+and reward-model steps above run at the same time. Reading a channel (``values["values"].get()``,
+or indexing / printing it) waits for it.
+
+Two rules keep this predictable:
+
+* Steps of one role run in the order they were declared (a role is one worker group that does one
+  thing at a time), even when no channel links them: ``actor.update`` of step k happens before
+  ``actor.generate`` of step k+1.
+* A failed step fails the steps that consume its outputs (with an error naming the upstream step),
+  never the independent branches. A role whose policy is ``on_failure="restart"`` gets its workers
+  rebuilt (state restored from ``group.saved_state``) and the step retried up to ``max_restarts``.
+
+``method`` may also be a plain function, which then runs in the driver (``role`` omitted): this is how
+the driver-side math (advantages) joins the DAG.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl.single_controller.base import WorkerGroup
+from verl.single_controller.errors import WorkerError
+
+__all__ = ["Controller", "DataChannel", "Role", "StepError", "StepOutputs"]
+
+logger = logging.getLogger(__name__)
+
+DRIVER = "driver"
+_UNSET = object()
+
+
+@dataclass
+class Role:
+    """A named participant of the control flow and the worker class that computes for it.
+
+    ``role_type`` is descriptive (actor, critic, reward_model, reference_model, rollout, ...).
+    ``num_workers`` ranks are started; ``colocate_with`` names a registered role whose worker
+    processes this role shares (Ray backend; in-process every role shares the driver's process).
+    ``on_failure`` is ``"fail"`` or ``"restart"`` (rebuild the workers, restore their saved state,
+    retry the step, at most ``max_restarts`` times over the run).
+    """
+
+    name: str
+    role_type: str = "custom"
+    worker_class: type | None = None
+    init_kwargs: dict[str, Any] = field(default_factory=dict)
+    num_workers: int = 1
+    colocate_with: str | None = None
+    num_cpus_per_worker: float = 0.0
+    on_failure: str = "fail"
+    max_restarts: int = 3
+
+    def __post_init__(self) -> None:
+        if self.on_failure not in ("fail", "restart"):
+            raise ValueError(
+                f"Role {self.name!r}: on_failure must be 'fail' or 'restart', got {self.on_failure!r}"
+            )
+        if self.name == DRIVER:
+            raise ValueError(
+                f"{DRIVER!r} is reserved for functions that run in the driver; choose another role name"
+            )
+
+
+class StepError(RuntimeError):
+    """A step of the DAG failed: its own worker failed (``__cause__`` is the :class:`WorkerError`), its
+    function raised, or a step it depends on failed."""
+
+    def __init__(self, message: str, role: str, method: str) -> None:
+        super().__init__(message)
+        self.role = role
+        self.method = method
+
+
+class DataChannel:
+    """A named value flowing between steps: produced by one step (or given by the program), read by others.
+
+    Reading it waits for the producing step. The seed's examples index and format channels directly
+    (``samples["responses"][0]``, ``f"{scores['values'][0]:.3f}"``), so those operations read the value.
+    """
+
+    def __init__(self, name: str, producer: _Node | None = None, value: Any = _UNSET) -> None:
+        self.name = name
+        self.producer = producer
+        self._value = value
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+        if value is not _UNSET:
+            self._done.set()
+
+    def ready(self) -> bool:
+        return self._done.is_set()
+
+    def get(self, timeout: float | None = None) -> Any:
+        """The value, waiting for the producing step; raises its :class:`StepError` if it failed."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"channel {self.name!r} not ready after {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    @property
+    def value(self) -> Any:
+        return self.get()
+
+    def _set(self, value: Any) -> None:
+        self._value = value
+        self._done.set()
+
+    def _fail(self, error: BaseException) -> None:
+        self._error = error
+        self._done.set()
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.get()[key]
+
+    def __len__(self) -> int:
+        return len(self.get())
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.get())
+
+    def __format__(self, spec: str) -> str:
+        return format(self.get(), spec)
+
+    def __float__(self) -> float:
+        return float(self.get())
+
+    def __repr__(self) -> str:
+        source = f"{self.producer.role}.{self.producer.method_name}" if self.producer else "program"
+        state = "ready" if self.ready() else "pending"
+        return f"DataChannel({self.name!r} from {source}, {state})"
+
+
+class StepOutputs(Mapping[str, DataChannel]):
+    """The named output channels of one step (``outputs=[...]``)."""
+
+    def __init__(self, node: _Node) -> None:
+        self._node = node
+
+    def __getitem__(self, name: str) -> DataChannel:
+        try:
+            return self._node.outputs[name]
+        except KeyError:
+            raise KeyError(
+                f"step {self._node.label} has no output {name!r}; its outputs are {list(self._node.outputs)}"
+            ) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._node.outputs)
+
+    def __len__(self) -> int:
+        return len(self._node.outputs)
+
+    def wait(self, timeout: float | None = None) -> dict[str, Any]:
+        """Wait for the step and return its output values by name."""
+        self._node.finished.wait(timeout)
+        if self._node.error is not None:
+            raise self._node.error
+        return {name: channel.get() for name, channel in self._node.outputs.items()}
+
+
+class _Node:
+    """One step of the DAG: a call of ``method`` on ``role`` with named inputs and outputs."""
+
+    def __init__(
+        self, role: str, method: str | Callable, inputs: dict[str, Any], outputs: list[str], name: str | None
+    ) -> None:
+        self.role = role
+        self.method = method
+        self.method_name = method if isinstance(method, str) else getattr(method, "__name__", "function")
+        self.name = name or self.method_name
+        self.inputs = inputs
+        self.outputs = {name: DataChannel(name, producer=self) for name in outputs}
+        self.deps: set[_Node] = set()
+        self.dependents: list[_Node] = []
+        self.pending = 0
+        self.error: BaseException | None = None
+        self.finished = threading.Event()
+        self.started: float | None = None
+        self.ended: float | None = None
+        self.trace: Any = None  # a NodeTrace when the controller records a trace
+        self.trace_dag: Any = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.role}.{self.method_name}"
+
+
+class Controller:
+    """Registers roles, builds the DAG of steps, and runs each step when its inputs are ready.
+
+    ``backend``: ``"local"`` (workers in this process; the default) or ``"ray"`` (each worker a Ray
+    actor process). ``trace=True`` records every step's timing and data movement; :meth:`write_trace`
+    renders it as one HTML file. Subclasses define one iteration of an algorithm in :meth:`_build_dag`.
+    """
+
+    def __init__(self, backend: str = "local", trace: bool = False, max_concurrency: int = 16) -> None:
+        if backend not in ("local", "ray"):
+            raise ValueError(f"unknown backend {backend!r}; choose local or ray")
+        self.backend = backend
+        self.roles: dict[str, Role] = {}
+        self.groups: dict[str, WorkerGroup] = {}
+        self.restarts: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="verl-step")
+        self._last_of_role: dict[str, _Node] = {}
+        self._unfinished: set[_Node] = set()
+        self._dag_nodes: list[_Node] = []
+        self._last_dag_nodes: list[_Node] = []
+        self.recorder = None
+        self._dag = None
+        if trace:
+            from verl.single_controller.trace import TraceRecorder
+
+            self.recorder = TraceRecorder()
+
+    # ------------------------------------------------------------------ roles
+
+    def register_role(self, role: Role) -> WorkerGroup:
+        """Start the role's workers (``role.num_workers`` of ``role.worker_class``) and return their group."""
+        if role.name in self.roles:
+            raise ValueError(f"role {role.name!r} is already registered")
+        if role.worker_class is None:
+            raise ValueError(
+                f"role {role.name!r} has no worker_class: pass Role(..., worker_class=YourWorker) so the "
+                "controller knows what computes for it"
+            )
+        self.groups[role.name] = self._start_group(role)
+        self.roles[role.name] = role
+        self.restarts[role.name] = 0
+        return self.groups[role.name]
+
+    def _start_group(self, role: Role) -> WorkerGroup:
+        if self.backend == "local":
+            from verl.single_controller.local import LocalWorkerGroup
+
+            return LocalWorkerGroup(role.worker_class, role.num_workers, role.init_kwargs, name=role.name)
+        from verl.single_controller.ray import RayWorkerGroup
+
+        colocate = None
+        if role.colocate_with is not None:
+            if role.colocate_with not in self.groups:
+                raise ValueError(
+                    f"role {role.name!r} asks to colocate with {role.colocate_with!r}, which is not "
+                    f"registered yet; registered roles: {sorted(self.groups)}"
+                )
+            colocate = self.groups[role.colocate_with]
+        return RayWorkerGroup(
+            role.worker_class,
+            role.num_workers,
+            role.init_kwargs,
+            name=role.name,
+            num_cpus_per_worker=role.num_cpus_per_worker,
+            colocate_with=colocate,
+        )
+
+    def group(self, role: str) -> WorkerGroup:
+        """The worker group of a registered role, for direct calls outside the DAG."""
+        try:
+            return self.groups[role]
+        except KeyError:
+            raise KeyError(
+                f"role {role!r} is not registered; registered roles: {sorted(self.groups)}"
+            ) from None
+
+    # ------------------------------------------------------------------ the DAG
+
+    def step(
+        self,
+        role: str | Role | None = None,
+        method: str | Callable[..., Any] = "",
+        inputs: Mapping[str, Any] | None = None,
+        outputs: list[str] | tuple[str, ...] = (),
+        name: str | None = None,
+    ) -> StepOutputs:
+        """Add a step: call ``method`` of ``role`` with ``inputs`` (channels or plain values, passed as
+        keyword arguments) once they are ready; its result fills the named ``outputs``.
+
+        The result maps to outputs like this: a dict (or other mapping) gives each output the value of
+        the same key; a single output name with any other result gets the whole result. A function
+        ``method`` without a role runs in the driver. ``name`` labels the step in timings and the trace
+        (default: the method's name).
+        """
+        role_name = role.name if isinstance(role, Role) else (role or DRIVER)
+        self._check_step(role_name, method)
+        node = _Node(role_name, method, dict(inputs or {}), list(outputs), name)
+        with self._lock:
+            deps = {value.producer for value in node.inputs.values() if isinstance(value, DataChannel)}
+            if role_name != DRIVER and role_name in self._last_of_role:
+                deps.add(self._last_of_role[role_name])
+            node.deps = {dep for dep in deps if dep is not None}
+            node.pending = sum(1 for dep in node.deps if not dep.finished.is_set())
+            for dep in node.deps:
+                if not dep.finished.is_set():
+                    dep.dependents.append(node)
+            if role_name != DRIVER:
+                self._last_of_role[role_name] = node
+            self._unfinished.add(node)
+            self._dag_nodes.append(node)
+            if self.recorder is not None:
+                node.trace_dag = self._current_dag()
+                node.trace = self.recorder.add_node(
+                    node.trace_dag, role_name, node.name, self._where(role_name)
+                )
+            ready = node.pending == 0
+        if ready:
+            self._submit(node)
+        return StepOutputs(node)
+
+    def _check_step(self, role: str, method: str | Callable) -> None:
+        if role == DRIVER:
+            if not callable(method):
+                raise TypeError(f"a step without a role runs a function in the driver; got method={method!r}")
+            return
+        if role not in self.groups:
+            raise KeyError(
+                f"role {role!r} is not registered; call controller.register_role(...) first "
+                f"(registered roles: {sorted(self.groups)})"
+            )
+        if not isinstance(method, str) or not method:
+            raise TypeError(f"step on role {role!r} needs a method name, got {method!r}")
+        if not callable(getattr(self.groups[role].worker_cls, method, None)):
+            raise AttributeError(
+                f"role {role!r} ({self.groups[role].worker_cls.__name__}) has no method {method!r}"
+            )
+
+    def _submit(self, node: _Node) -> None:
+        if self.recorder is not None:
+            self.recorder.mark_ready(node.trace)
+        self._pool.submit(self._run_node, node)
+
+    def _run_node(self, node: _Node) -> None:
+        try:
+            failed_inputs = [
+                v for v in node.inputs.values() if isinstance(v, DataChannel) and v._error is not None
+            ]
+            if failed_inputs:
+                upstream = failed_inputs[0].producer
+                where = upstream.label if upstream is not None else failed_inputs[0].name
+                raise StepError(
+                    f"step {node.label} did not run: its input {failed_inputs[0].name!r} comes from step "
+                    f"{where}, which failed: {failed_inputs[0]._error}",
+                    node.role,
+                    node.method_name,
+                )
+            kwargs = {name: v.get() if isinstance(v, DataChannel) else v for name, v in node.inputs.items()}
+            self._record_edges(node, kwargs)
+            if self.recorder is not None:
+                self.recorder.mark(node.trace, "running")
+            node.started = time.perf_counter()
+            result = self._call(node, kwargs)
+            self._fill_outputs(node, result)
+            if self.recorder is not None:
+                self.recorder.mark(node.trace, "done")
+        except BaseException as error:  # noqa: BLE001 - every failure must reach the channels, or readers hang
+            if not isinstance(error, StepError):
+                error = self._step_error(node, error)
+            node.error = error
+            for channel in node.outputs.values():
+                channel._fail(error)
+            if self.recorder is not None:
+                self.recorder.mark(node.trace, "failed", error=str(error))
+            logger.error("%s", error)
+        finally:
+            self._finish(node)
+
+    def _step_error(self, node: _Node, error: BaseException) -> StepError:
+        step_error = StepError(f"step {node.label} failed: {error}", node.role, node.method_name)
+        step_error.__cause__ = error
+        return step_error
+
+    def _call(self, node: _Node, kwargs: dict[str, Any]) -> Any:
+        """Run the node's method; on a worker failure apply the role's policy (restart and retry, or fail)."""
+        if node.role == DRIVER:
+            return node.method(**kwargs)
+        group = self.groups[node.role]
+        role = self.roles[node.role]
+        while True:
+            try:
+                return group.call(node.method, **kwargs)
+            except WorkerError as error:
+                if role.on_failure != "restart" or self.restarts[node.role] >= role.max_restarts:
+                    if role.on_failure == "restart":
+                        raise WorkerError(
+                            error.role,
+                            error.rank,
+                            error.method,
+                            f"{error.cause} (gave up after {self.restarts[node.role]} restarts of this role)",
+                            error.kind,
+                            error.pid,
+                        ) from error
+                    raise
+                self.restarts[node.role] += 1
+                logger.warning(
+                    "%s; restarting role %r (restart %d of at most %d) and retrying %s",
+                    error,
+                    node.role,
+                    self.restarts[node.role],
+                    role.max_restarts,
+                    node.label,
+                )
+                group.restart()
+                if node.trace is not None:
+                    node.trace.attempts += 1
+
+    def _fill_outputs(self, node: _Node, result: Any) -> None:
+        names = list(node.outputs)
+        if isinstance(result, Mapping) and all(name in result for name in names):
+            for name in names:
+                node.outputs[name]._set(result[name])
+        elif len(names) == 1:
+            node.outputs[names[0]]._set(result)
+        elif names:
+            have = sorted(result) if isinstance(result, Mapping) else type(result).__name__
+            raise StepError(
+                f"step {node.label} declared outputs {names}, but its result has {have}; return a dict with "
+                "those keys, or declare a single output to receive the whole result",
+                node.role,
+                node.method_name,
+            )
+
+    def _finish(self, node: _Node) -> None:
+        node.ended = time.perf_counter()
+        ready = []
+        with self._lock:
+            node.finished.set()
+            self._unfinished.discard(node)
+            for dependent in node.dependents:
+                dependent.pending -= 1
+                if dependent.pending == 0:
+                    ready.append(dependent)
+            node.dependents = []
+            node.inputs = {}  # let big batches go once consumed
+        for dependent in ready:
+            self._submit(dependent)
+
+    def wait_all(self, timeout: float | None = None) -> None:
+        """Wait until every declared step has finished (successfully or not)."""
+        with self._lock:
+            nodes = list(self._unfinished)
+        for node in nodes:
+            node.finished.wait(timeout)
+
+    # ------------------------------------------------------------------ trace
+
+    def _where(self, role: str) -> str:
+        group = self.groups.get(role)
+        if group is None or group.in_process:
+            return "driver"
+        return "ray pid " + ", ".join(str(pid) for pid in group.pids())
+
+    def _record_edges(self, node: _Node, kwargs: dict[str, Any]) -> None:
+        if self.recorder is None:
+            return
+        from verl.single_controller.trace import estimate_nbytes
+
+        in_process = node.role == DRIVER or self.groups[node.role].in_process
+        for name, value in node.inputs.items():
+            src = value.producer.trace.node_id if isinstance(value, DataChannel) and value.producer else None
+            transport = "in-process" if in_process else "cross-process"
+            self.recorder.add_edge(
+                node.trace_dag, src, node.trace.node_id, name, estimate_nbytes(kwargs[name]), transport
+            )
+
+    def _current_dag(self) -> Any:
+        if self._dag is None:
+            self._dag = self.recorder.begin_dag(f"dag {len(self.recorder.dags)}")
+        return self._dag
+
+    @contextlib.contextmanager
+    def dag(self, label: str) -> Iterator[None]:
+        """Group the steps declared inside into one traced DAG (e.g. one RL step) and wait for them."""
+        if self.recorder is not None:
+            self._dag = self.recorder.begin_dag(label)
+        self._dag_nodes = []
+        try:
+            yield
+        finally:
+            self.wait_all()
+            self._last_dag_nodes, self._dag_nodes = self._dag_nodes, []
+            if self.recorder is not None:
+                self.recorder.end_dag(self._dag)
+                self._dag = None
+
+    def step_durations(self) -> list[tuple[str, float]]:
+        """``(step name, seconds it ran)`` for each step of the last :meth:`dag` block that ran."""
+        return [(n.name, n.ended - n.started) for n in self._last_dag_nodes if n.started is not None]
+
+    def write_trace(
+        self, path: str, title: str = "verl step trace", meta: dict[str, str] | None = None
+    ) -> str:
+        """Render the recorded trace as one self-contained HTML file; returns its path."""
+        if self.recorder is None:
+            raise RuntimeError("this controller records no trace; create it with Controller(trace=True)")
+        from verl.single_controller.trace import write_html
+
+        return str(write_html(path, self.recorder, title, dict(meta or {}, backend=self.backend)))
+
+    # ------------------------------------------------------------------ algorithm hook, lifecycle
+
+    def _build_dag(self, *args: Any, **kwargs: Any) -> Any:
+        """Declare the steps of one iteration of the algorithm; subclasses override this."""
+        raise NotImplementedError(f"{type(self).__name__} does not define _build_dag()")
+
+    def shutdown(self) -> None:
+        """Wait for running steps, then stop every role's workers."""
+        self.wait_all()
+        self._pool.shutdown(wait=True)
+        for group in self.groups.values():
+            group.shutdown()
+
+    def __enter__(self) -> Controller:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
