@@ -481,7 +481,7 @@ class Controller:
 
     def _current_dag(self) -> Any:
         if self._dag is None:
-            self._dag = self.recorder.begin_dag(f"dag {len(self.recorder.dags)}")
+            self._dag = self.recorder.begin_dag(f"dag {self.recorder.dag_count}")
         return self._dag
 
     @contextlib.contextmanager
