@@ -1,6 +1,9 @@
 """The actor: log-probabilities of responses and the policy update (mini-batches, micro-batches, clipping).
 
-Single-process data parallelism of one; the distributed engines wrap the same module.
+Data parallel with torch.distributed when a process group is up (see `verl.workers.engine.distributed`):
+each rank updates from its own shard of the batch, DDP all-reduces the gradients, and the loss
+normalisation and metrics use counts and sums over all ranks, so the update equals the one-process
+update of the whole batch. With one process nothing of this is active.
 """
 
 from __future__ import annotations
@@ -14,6 +17,14 @@ import torch.nn.functional as F
 from verl.algorithms import agg_loss, anneal, get_policy_loss_fn, kl_penalty
 from verl.algorithms.policy_losses import agg_kwargs
 from verl.protocol import DataProto
+from verl.workers.engine.distributed import (
+    all_reduce_sum,
+    dp_world_size,
+    gradient_sync,
+    local_mini_batch_size,
+    unwrap,
+    wrap_ddp,
+)
 from verl.workers.engine.optim import clip_and_step
 
 
@@ -48,28 +59,58 @@ def response_logprobs(
     return logprobs_and_entropy(logits, responses, with_entropy)
 
 
-class Actor:
-    """Computes log-probs and updates the policy from a batch with advantages."""
+def shuffle_generator(seed: int | None) -> torch.Generator:
+    """The generator an update draws its shuffle seeds from: its own, so that other roles in the
+    process drawing random numbers do not change this one's shuffles.
 
-    def __init__(self, model: torch.nn.Module, config: Any, optimizer=None, lr_scheduler=None) -> None:
-        self.model = model
+    Without a ``seed`` it follows torch's global seed (``torch.initial_seed()``), so a seeded run is
+    reproducible. Workers seed each rank differently (``trainer.seed + rank``); pass the same ``seed``
+    on every rank (e.g. ``trainer.seed``) for identical shuffles. Either way is correct: each rank only
+    shuffles its own shard, so a global mini-batch always takes the same number of rows from each rank.
+    """
+    generator = torch.Generator()
+    generator.manual_seed(torch.initial_seed() if seed is None else seed)
+    return generator
+
+
+class Actor:
+    """Computes log-probs and updates the policy from a batch with advantages.
+
+    ``model`` may be a plain module or one already wrapped in DDP. With an optimizer (a trained actor)
+    and distributed on, it is wrapped in DDP here: a collective, so every rank builds its Actor
+    together. ``self.model`` is the module trained (DDP or plain), ``self.module`` the plain one, used
+    for inference and shared with the rollout. A reference actor (no optimizer) is never wrapped.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        config: Any,
+        optimizer=None,
+        lr_scheduler=None,
+        seed: int | None = None,
+    ) -> None:
+        self.module = unwrap(model)
+        self.model = wrap_ddp(model) if optimizer is not None else model
         self.config = config
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
         self.policy_loss_fn = get_policy_loss_fn(config.policy_loss.loss_mode)
+        self.generator = shuffle_generator(seed)
 
     @torch.no_grad()
     def compute_log_prob(
         self, data: DataProto, micro_batch_size: int | None, temperature: float, with_entropy: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        was_training = self.model.training
-        self.model.eval()
+        # Inference needs no gradient all-reduce: the plain module, not DDP.
+        was_training = self.module.training
+        self.module.eval()
         log_probs, entropies = [], []
         for micro in data.split(micro_batch_size) if micro_batch_size else [data]:
-            lp, ent = response_logprobs(self.model, micro, temperature, with_entropy)
+            lp, ent = response_logprobs(self.module, micro, temperature, with_entropy)
             log_probs.append(lp)
             entropies.append(ent)
-        self.model.train(was_training)
+        self.module.train(was_training)
         entropy = torch.cat(entropies) if with_entropy else None
         return torch.cat(log_probs), entropy
 
@@ -92,8 +133,12 @@ class Actor:
     ) -> dict:
         """PPO-style update: ``ppo_epochs`` passes over mini-batches, each accumulated over micro-batches.
 
-        The loss of each micro-batch is normalised by the token / sequence counts of its whole
-        mini-batch, so the accumulated gradient equals that of the mini-batch in one piece.
+        ``data`` is this rank's shard. ``mini_batch_size`` is GLOBAL (samples per optimizer step over
+        all ranks; each rank takes ``mini_batch_size // world_size`` of its rows), ``micro_batch_size``
+        is PER RANK (rows per forward/backward), as verl's ppo_mini_batch_size and
+        ppo_micro_batch_size_per_gpu. The loss of each micro-batch is normalised by the token /
+        sequence counts of the whole global mini-batch, so the accumulated, all-reduced gradient equals
+        that of the global mini-batch in one piece. Every rank returns the same metrics.
         """
         cfg = self.config
         clip_scale = self.clip_scale(progress)
@@ -102,32 +147,39 @@ class Actor:
         keys = ["responses", "input_ids", "attention_mask", "position_ids", "response_mask", "advantages"]
         keys += [k for k in ("old_log_probs", "ref_log_prob") if k in data.batch]
         data = data.select(batch_keys=keys)
-        if "old_log_probs" not in data.batch and (cfg.ppo_epochs != 1 or mini_batch_size != len(data)):
+        local_mini = local_mini_batch_size(mini_batch_size, len(data))
+        if "old_log_probs" not in data.batch and (cfg.ppo_epochs != 1 or local_mini != len(data)):
             raise ValueError(
                 "old_log_probs are missing but the update is not on-policy (more than one optimizer step per "
                 "RL step); set actor_rollout_ref.actor.recompute_old_log_prob=true"
             )
         # Without an old_log_prob pass the entropy metric comes from the update's own forward pass.
         use_entropy = cfg.entropy_coeff != 0 or "old_log_probs" not in data.batch
-        # The shuffle seed is drawn from torch's global generator, so a seeded run reshuffles reproducibly.
-        seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
-        for mini in data.make_iterator(
-            mini_batch_size, epochs=cfg.ppo_epochs, seed=seed, shuffle=cfg.shuffle
-        ):
+        # Drawn from the actor's own generator: the same on every rank seeded alike, and untouched by
+        # whatever else in the process uses torch's global generator.
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator).item())
+        for mini in data.make_iterator(local_mini, epochs=cfg.ppo_epochs, seed=seed, shuffle=cfg.shuffle):
             self.optimizer.zero_grad(set_to_none=True)
-            mask = mini.batch["response_mask"]
+            counts = all_reduce_sum({"tokens": mini.batch["response_mask"].sum().item(), "seqs": len(mini)})
             loss_cfg = _LossConfig(
-                cfg, global_num_tokens=mask.sum().item(), global_num_seqs=len(mini), clip_scale=clip_scale
+                cfg, global_num_tokens=counts["tokens"], global_num_seqs=counts["seqs"], clip_scale=clip_scale
             )
             mini_metrics: dict[str, float] = defaultdict(float)
-            for micro in mini.split(micro_batch_size):
-                self._micro_step(micro, loss_cfg, temperature, use_entropy, mini_metrics)
-            for k, v in mini_metrics.items():
+            micros = mini.split(micro_batch_size)
+            for i, micro in enumerate(micros):
+                with gradient_sync(self.model, sync=i == len(micros) - 1):
+                    self._micro_step(micro, loss_cfg, temperature, use_entropy, mini_metrics)
+            # Each rank holds its shares of the global mini-batch's metrics: their sum is the global value.
+            for k, v in all_reduce_sum(mini_metrics).items():
                 metrics[k].append(v)
+            # DDP reduced the gradients during backward: norm, clipping and the non-finite skip see the
+            # same gradients, and so decide the same, on every rank.
             grad_norm, stepped = clip_and_step(self.model, self.optimizer, cfg.grad_clip)
             if not stepped:
                 metrics["actor/skipped_steps"].append(1.0)
             metrics["actor/grad_norm"].append(grad_norm)
+        if cfg.use_kl_loss:
+            metrics["actor/kl_coef"].append(cfg.kl_loss_coef)
         metrics["actor/clip_ratio"].append(cfg.clip_ratio * clip_scale)
         if self.lr_scheduler is not None:
             metrics["actor/lr"].append(self.lr_scheduler.get_last_lr()[0])
@@ -165,8 +217,9 @@ class Actor:
             kl_loss = agg_loss(kl, mask, **agg)
             loss = loss + cfg.kl_loss_coef * kl_loss
             metrics["actor/kl_loss"] += kl_loss.item()
-            metrics["actor/kl_coef"] = cfg.kl_loss_coef
-        loss.backward()
+        # The loss is this rank's share of the global mini-batch loss, and DDP AVERAGES gradients over
+        # the ranks; scaling by the world size turns that average into the sum, the global gradient.
+        (loss * dp_world_size()).backward()
         # Losses are already normalised by mini-batch counts, so their micro-batch values add up; the
         # per-token means of the loss function are weighted by this micro-batch's share of the tokens.
         metrics["actor/pg_loss"] += pg_loss.item()

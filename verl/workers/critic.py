@@ -1,4 +1,8 @@
-"""The critic: per-token value estimates V(s_t) and their clipped regression onto the returns."""
+"""The critic: per-token value estimates V(s_t) and their clipped regression onto the returns.
+
+Data parallel like the actor (see `verl.workers.actor`): each rank fits its shard, DDP all-reduces the
+gradients, and the loss normalisation and metrics use counts and sums over all ranks.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,15 @@ import torch
 
 from verl.algorithms import compute_value_loss, masked_mean
 from verl.protocol import DataProto
+from verl.workers.actor import shuffle_generator
+from verl.workers.engine.distributed import (
+    all_reduce_sum,
+    dp_world_size,
+    gradient_sync,
+    local_mini_batch_size,
+    unwrap,
+    wrap_ddp,
+)
 from verl.workers.engine.optim import clip_and_step
 
 
@@ -25,28 +38,46 @@ def response_values(model: torch.nn.Module, micro: DataProto) -> torch.Tensor:
 
 
 class Critic:
-    """Computes values and updates the value model (mini-batches, micro-batches, value clipping)."""
+    """Computes values and updates the value model (mini-batches, micro-batches, value clipping).
 
-    def __init__(self, model: torch.nn.Module, config: Any, optimizer=None, lr_scheduler=None) -> None:
-        self.model = model
+    Like the Actor: ``model`` may be plain or DDP; with an optimizer and distributed on it is wrapped
+    in DDP here (a collective). ``self.model`` is trained, ``self.module`` (plain) computes values.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        config: Any,
+        optimizer=None,
+        lr_scheduler=None,
+        seed: int | None = None,
+    ) -> None:
+        self.module = unwrap(model)
+        self.model = wrap_ddp(model) if optimizer is not None else model
         self.config = config
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
+        self.generator = shuffle_generator(seed)
 
     @torch.no_grad()
     def compute_values(self, data: DataProto, micro_batch_size: int | None) -> torch.Tensor:
-        was_training = self.model.training
-        self.model.eval()
+        was_training = self.module.training
+        self.module.eval()
         values = [
-            response_values(self.model, micro)
+            response_values(self.module, micro)
             for micro in (data.split(micro_batch_size) if micro_batch_size else [data])
         ]
-        self.model.train(was_training)
+        self.module.train(was_training)
         return torch.cat(values)
 
     def update_critic(
         self, data: DataProto, mini_batch_size: int, micro_batch_size: int, epochs: int
     ) -> dict:
+        """``epochs`` passes of clipped value regression over mini-batches of this rank's shard ``data``.
+
+        ``mini_batch_size`` is GLOBAL (each rank takes ``mini_batch_size // world_size`` rows),
+        ``micro_batch_size`` PER RANK, as in `Actor.update_policy`. Every rank returns the same metrics.
+        """
         cfg = self.config
         self.model.train()
         keys = [
@@ -59,37 +90,47 @@ class Critic:
             "returns",
         ]
         data = data.select(batch_keys=keys)
+        local_mini = local_mini_batch_size(mini_batch_size, len(data))
         metrics: dict[str, list[float]] = defaultdict(list)
-        seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
-        for mini in data.make_iterator(mini_batch_size, epochs=epochs, seed=seed, shuffle=cfg.shuffle):
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator).item())
+        for mini in data.make_iterator(local_mini, epochs=epochs, seed=seed, shuffle=cfg.shuffle):
             self.optimizer.zero_grad(set_to_none=True)
-            num_tokens = mini.batch["response_mask"].sum().item()
-            agg = {"global_num_tokens": num_tokens, "global_num_seqs": len(mini)}
+            counts = all_reduce_sum({"tokens": mini.batch["response_mask"].sum().item(), "seqs": len(mini)})
+            agg = {"global_num_tokens": counts["tokens"], "global_num_seqs": counts["seqs"]}
             totals: dict[str, float] = defaultdict(float)
-            for micro in mini.split(micro_batch_size):
-                mask = micro.batch["response_mask"]
-                vpreds = response_values(self.model, micro)
-                vf_loss, vf_clipfrac = compute_value_loss(
-                    vpreds,
-                    micro.batch["returns"],
-                    micro.batch["values"],
-                    mask,
-                    cfg.cliprange_value,
-                    cfg.loss_agg_mode,
-                    **agg,
-                )
-                vf_loss.backward()
-                share = mask.sum().item() / max(num_tokens, 1)
-                totals["critic/vf_loss"] += vf_loss.item()
-                totals["critic/vf_clipfrac"] += vf_clipfrac.item() * share
-                totals["critic/vpred_mean"] += masked_mean(vpreds, mask).item() * share
+            micros = mini.split(micro_batch_size)
+            for i, micro in enumerate(micros):
+                with gradient_sync(self.model, sync=i == len(micros) - 1):
+                    self._micro_step(micro, agg, totals)
+            # Each rank holds its shares of the global mini-batch's metrics: their sum is the global value.
+            for key, value in all_reduce_sum(totals).items():
+                metrics[key].append(value)
             grad_norm, stepped = clip_and_step(self.model, self.optimizer, cfg.grad_clip)
             if not stepped:
                 metrics["critic/skipped_steps"].append(1.0)
             metrics["critic/grad_norm"].append(grad_norm)
-            for key, value in totals.items():
-                metrics[key].append(value)
         if self.lr_scheduler is not None:
             metrics["critic/lr"].append(self.lr_scheduler.get_last_lr()[0])
             self.lr_scheduler.step()
         return {k: float(sum(v) / len(v)) for k, v in metrics.items()}
+
+    def _micro_step(self, micro: DataProto, agg: dict[str, float], totals: dict[str, float]) -> None:
+        """Forward + backward one micro-batch; adds its share of each mini-batch metric into ``totals``."""
+        cfg = self.config
+        mask = micro.batch["response_mask"]
+        vpreds = response_values(self.model, micro)
+        vf_loss, vf_clipfrac = compute_value_loss(
+            vpreds,
+            micro.batch["returns"],
+            micro.batch["values"],
+            mask,
+            cfg.cliprange_value,
+            cfg.loss_agg_mode,
+            **agg,
+        )
+        # DDP averages gradients over ranks; the world-size factor makes it the sum of the shares.
+        (vf_loss * dp_world_size()).backward()
+        share = mask.sum().item() / max(agg["global_num_tokens"], 1)
+        totals["critic/vf_loss"] += vf_loss.item()
+        totals["critic/vf_clipfrac"] += vf_clipfrac.item() * share
+        totals["critic/vpred_mean"] += masked_mean(vpreds, mask).item() * share

@@ -22,6 +22,7 @@ from verl.single_controller import Dispatch, Worker, register
 from verl.utils.seeding import configure_torch_threads, set_seed
 from verl.workers.actor import Actor
 from verl.workers.critic import Critic
+from verl.workers.engine.distributed import init_distributed
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
 from verl.workers.rollout import SamplingParams, get_rollout_class
 
@@ -43,12 +44,15 @@ def prepare_for_training(module: torch.nn.Module, model_cfg: Any, optim_cfg: Any
 
 
 def setup_process(config: Any, rank: int) -> None:
-    """Threads and seeds of a worker: a worker in its own process starts from nothing the driver set.
+    """Threads, seeds and the data-parallel process group of a worker: a worker in its own process
+    starts from nothing the driver set.
 
-    Each rank gets its own seed, so data-parallel ranks sample different responses.
+    Each rank gets its own seed, so data-parallel ranks sample different responses. The process group
+    forms only when the worker group set WORLD_SIZE > 1 (Ray backend); all ranks join it together.
     """
     configure_torch_threads(config.trainer.torch_threads)
     set_seed(config.trainer.seed + rank)
+    init_distributed()
 
 
 def _cloned(state: dict[str, Any]) -> dict[str, Any]:
@@ -76,7 +80,8 @@ class ActorRolloutRefWorker(Worker):
         optimizer, lr_scheduler = prepare_for_training(
             self.module, model_cfg, arr.actor.optim, total_training_steps
         )
-        self.actor = Actor(self.module, arr.actor, optimizer, lr_scheduler)
+        # Same shuffle seed on every rank; Actor wraps the module in DDP when data parallelism is on.
+        self.actor = Actor(self.module, arr.actor, optimizer, lr_scheduler, seed=config.trainer.seed)
 
         self.eos_token_ids = eos_token_ids(self.tokenizer, self.module)
         rollout_cls = get_rollout_class(arr.rollout.name)
@@ -186,7 +191,7 @@ class CriticWorker(Worker):
         optimizer, lr_scheduler = prepare_for_training(
             self.module, model_cfg, critic_cfg.optim, total_training_steps
         )
-        self.critic = Critic(self.module, critic_cfg, optimizer, lr_scheduler)
+        self.critic = Critic(self.module, critic_cfg, optimizer, lr_scheduler, seed=config.trainer.seed)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
@@ -223,17 +228,22 @@ class RewardWorker(Worker):
     """Rule-based rewards: the reward manager named by ``reward_model.reward_manager``.
 
     ``compute_score`` uses the validation manager (no printed examples) when the batch's
-    ``meta_info["validate"]`` is set. Custom managers can be passed in (they must pickle for Ray).
+    ``meta_info["validate"]`` is set. Custom managers can be passed in (they must pickle for Ray), or
+    just a ``compute_score(data_source, solution_str, ground_truth, extra_info=None)`` function for the
+    configured manager to call.
     """
 
-    def __init__(self, config: Any, reward_fn: Any = None, val_reward_fn: Any = None) -> None:
+    def __init__(
+        self, config: Any, reward_fn: Any = None, val_reward_fn: Any = None, compute_score: Any = None
+    ) -> None:
         from verl.workers.reward import load_reward_manager
 
         setup_process(config, self.rank)
         model_cfg = config.actor_rollout_ref.model
         tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path, model_cfg.trust_remote_code)
-        self.reward_fn = reward_fn or load_reward_manager(config, tokenizer, config.reward_model.num_examine)
-        self.val_reward_fn = val_reward_fn or load_reward_manager(config, tokenizer, 0)
+        num_examine = config.reward_model.num_examine
+        self.reward_fn = reward_fn or load_reward_manager(config, tokenizer, num_examine, compute_score)
+        self.val_reward_fn = val_reward_fn or load_reward_manager(config, tokenizer, 0, compute_score)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_score(self, data: DataProto) -> DataProto:

@@ -360,14 +360,21 @@ def get_custom_reward_fn(config: Any) -> ComputeScoreFn | None:
     return partial(fn, **kwargs) if kwargs else fn
 
 
-def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, **kwargs: Any) -> Any:
+def load_reward_manager(
+    config: Any,
+    tokenizer: Any,
+    num_examine: int = 0,
+    compute_score: ComputeScoreFn | None = None,
+    **kwargs: Any,
+) -> Any:
     """Build the reward manager named by ``config.reward_model.reward_manager`` (default "naive").
 
-    The scoring function is ``config.custom_reward_function.path``/``.name`` when a path is set,
+    The scoring function is ``compute_score`` when given (a function passed in code, e.g. by
+    ``RewardOperator``), else ``config.custom_reward_function.path``/``.name`` when a path is set,
     else :func:`default_compute_score`. Extra ``kwargs`` go to the manager's constructor.
     """
     manager_name = _cfg_get(_cfg_get(config, "reward_model"), "reward_manager", "naive")
     manager_cls = get_reward_manager_cls(manager_name)
-    compute_score = get_custom_reward_fn(config) or default_compute_score
+    compute_score = compute_score or get_custom_reward_fn(config) or default_compute_score
     kwargs.setdefault("reward_fn_key", _cfg_get(_cfg_get(config, "data"), "reward_fn_key", "data_source"))
     return manager_cls.from_config(config, tokenizer, num_examine, compute_score, **kwargs)
