@@ -107,5 +107,8 @@ def compute_value_loss(
     unclipped = (vpreds - returns) ** 2
     clipped = (vpred_clipped - returns) ** 2
     vf_loss = 0.5 * agg_loss(torch.maximum(unclipped, clipped), response_mask, loss_agg_mode, **agg_kwargs)
-    vf_clipfrac = masked_mean(torch.gt(clipped, unclipped).float(), response_mask)
+    # Inside the clip range vpred_clipped equals vpreds only up to rounding, so "clipped > unclipped" alone
+    # would count tokens by their last bit; a token counts only when its prediction was really clipped.
+    really_clipped = (vpreds - values).abs() > cliprange_value
+    vf_clipfrac = masked_mean((torch.gt(clipped, unclipped) & really_clipped).float(), response_mask)
     return vf_loss, vf_clipfrac
