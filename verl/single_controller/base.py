@@ -69,7 +69,11 @@ class WorkerGroup(abc.ABC):
 
     @abc.abstractmethod
     def restart(self) -> None:
-        """Replace every worker with a fresh one (same class and init kwargs); restore ``saved_state``."""
+        """Replace every worker with a fresh one (same class and init kwargs); restore ``saved_state``.
+
+        Where workers share processes with other groups (Ray colocation), those groups' workers are
+        rebuilt too, each with its own ``saved_state``.
+        """
 
     @abc.abstractmethod
     def shutdown(self) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["WorkerError"]
+__all__ = ["WorkerError", "describe_error"]
 
 
 class WorkerError(RuntimeError):
@@ -34,3 +34,9 @@ class WorkerError(RuntimeError):
 
     def __reduce__(self):  # keep the fields when the error crosses a process boundary
         return (type(self), (self.role, self.rank, self.method, self.cause, self.kind, self.pid))
+
+
+def describe_error(error: BaseException) -> str:
+    """``TypeName: first line of the message``: the cause part of a :class:`WorkerError`."""
+    message = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {message[0]}" if message else type(error).__name__

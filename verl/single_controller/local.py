@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 from verl.single_controller.base import WorkerGroup
-from verl.single_controller.errors import WorkerError
+from verl.single_controller.errors import WorkerError, describe_error
 from verl.single_controller.worker import worker_placement
 
 __all__ = ["LocalWorkerGroup"]
@@ -59,11 +59,11 @@ class LocalWorkerGroup(WorkerGroup):
                     raise
                 except MemoryError as error:
                     raise WorkerError(
-                        self.name, rank, method, _describe(error), "oom", os.getpid()
+                        self.name, rank, method, describe_error(error), "oom", os.getpid()
                     ) from error
                 except Exception as error:
                     raise WorkerError(
-                        self.name, rank, method, _describe(error), "exception", os.getpid()
+                        self.name, rank, method, describe_error(error), "exception", os.getpid()
                     ) from error
         return outputs
 
@@ -73,9 +73,3 @@ class LocalWorkerGroup(WorkerGroup):
 
     def shutdown(self) -> None:
         self.workers = []
-
-
-def _describe(error: BaseException) -> str:
-    """``TypeName: message`` on one line."""
-    message = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
