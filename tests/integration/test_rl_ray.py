@@ -1,0 +1,141 @@
+"""The RL trainer on the Ray backend: two data-parallel actor workers, and a reward worker that is killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+import torch
+
+ray = pytest.importorskip("ray")
+
+from tests.integration.test_rl_steps import parity_reward, small_config  # noqa: E402
+from verl.data import iterate_batches  # noqa: E402
+from verl.single_controller import LocalWorkerGroup  # noqa: E402
+from verl.single_controller.ray import RayWorkerGroup  # noqa: E402
+from verl.trainer.rl_trainer import RLTrainer  # noqa: E402
+from verl.workers.roles import ActorRolloutRefWorker  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_session():
+    from verl.single_controller.ray import ensure_ray
+
+    ensure_ray()
+    yield
+    ray.shutdown()
+
+
+def test_two_ray_actor_workers_update_like_one_local_worker(tiny_model_dir, arithmetic_files, tmp_path):
+    """The same global batch: 1 in-process worker vs 2 Ray workers training with DDP over gloo."""
+    config = small_config(
+        tiny_model_dir,
+        arithmetic_files,
+        tmp_path,
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",  # one mini-batch: the same global batch either way
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.actor.use_kl_loss=true",
+        "trainer.torch_threads=1",
+    )
+    trainer = RLTrainer(config, reward_fn=parity_reward)  # in-process: builds a real batch with advantages
+    batches = iterate_batches(trainer.train_dataset, trainer.sampler, trainer._collate, num_epochs=None)
+    trainer.global_steps = 1
+    batch, scores = trainer.rollout_and_score(next(batches))
+    old = trainer.step(role="actor_rollout", method="compute_log_prob", inputs={"data": batch}, outputs=["o"])
+    ref = trainer.step(
+        role="actor_rollout", method="compute_ref_log_prob", inputs={"data": batch}, outputs=["r"]
+    )
+    adv = trainer.compute_advantages(batch.get(), scores.get(), old=old["o"].get(), ref=ref["r"].get())[
+        "batch"
+    ]
+    trainer.shutdown()
+
+    init = dict(config=config, total_training_steps=2, need_ref=True)
+    one = LocalWorkerGroup(ActorRolloutRefWorker, 1, init, name="actor_rollout")
+    two = RayWorkerGroup(ActorRolloutRefWorker, 2, init, name="actor_rollout")
+    try:
+        assert len(set(two.pids())) == 2 and os.getpid() not in two.pids()
+        metrics_one = one.update_actor(adv).meta_info["metrics"]
+        metrics_two = two.update_actor(adv).meta_info["metrics"]
+        weights_one = one.call_rank0("get_state")["model"]
+        weights_two = [two.call_rank0("get_state")["model"]]
+    finally:
+        two.shutdown()
+    diff = max((weights_one[k] - weights_two[0][k]).abs().max().item() for k in weights_one)
+    moved = max((weights_one[k] - init_weights(tiny_model_dir)[k]).abs().max().item() for k in weights_one)
+    assert moved > 1e-4, "the update did not change the weights"
+    assert diff < 1e-5, f"1 vs 2 workers differ by {diff}"
+    for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):
+        assert metrics_two[key] == pytest.approx(metrics_one[key], abs=1e-5), key
+
+
+def init_weights(model_dir):
+    from verl.models import load_hf_model
+
+    return load_hf_model(model_dir).state_dict()
+
+
+def test_rl_run_on_ray_with_two_actor_workers(tiny_model_dir, arithmetic_files, tmp_path):
+    config = small_config(
+        tiny_model_dir,
+        arithmetic_files,
+        tmp_path,
+        "trainer.backend=ray",
+        "trainer.n_gpus_per_node=2",
+        "trainer.torch_threads=1",
+        "trainer.trace=true",
+    )
+    trainer = RLTrainer(config)
+    try:
+        assert trainer.group("actor_rollout").world_size == 2
+        summary = trainer.fit()
+    finally:
+        trainer.shutdown()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 1, 2]
+    assert "val-core/arithmetic/acc/mean@1" in summary["val_after"]
+    assert all(torch.isfinite(torch.tensor(r["actor/pg_loss"])) for r in records[1:])
+    page = (tmp_path / "trace.html").read_text()
+    assert "cross-process" in page and "update_actor" in page
+
+
+def test_killed_reward_worker_is_restarted_and_the_run_completes(tiny_model_dir, arithmetic_files, tmp_path):
+    config = small_config(
+        tiny_model_dir,
+        arithmetic_files,
+        tmp_path,
+        "trainer.backend=ray",
+        "trainer.torch_threads=1",
+        "trainer.total_training_steps=6",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        "trainer.on_worker_failure=restart",
+    )
+    trainer = RLTrainer(config)
+    (victim,) = trainer.group("reward").pids()
+
+    def kill_in_the_middle() -> None:
+        while trainer.global_steps < 3:
+            time.sleep(0.01)
+        os.kill(victim, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_in_the_middle, daemon=True)
+    killer.start()
+    try:
+        trainer.fit()
+        new_pids = trainer.group("reward").pids()
+    finally:
+        trainer.shutdown()
+    killer.join(timeout=1)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
+    assert records[0]["worker/restarts/reward"] == 0
+    assert records[-1]["worker/restarts/reward"] == 1
+    assert records[-1]["worker/restarts/actor_rollout"] == 0  # the other roles were not disturbed
+    assert new_pids != [victim]
