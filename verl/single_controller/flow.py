@@ -82,10 +82,12 @@ class StepError(RuntimeError):
     """A step of the DAG failed: its own worker failed (``__cause__`` is the :class:`WorkerError`), its
     function raised, or a step it depends on failed."""
 
-    def __init__(self, message: str, role: str, method: str) -> None:
+    def __init__(self, message: str, role: str, method: str, upstream: bool = False) -> None:
         super().__init__(message)
         self.role = role
         self.method = method
+        self.upstream = upstream
+        """True when the step did not run because a step it depends on failed."""
 
 
 class DataChannel:
@@ -132,6 +134,10 @@ class DataChannel:
 
     def __len__(self) -> int:
         return len(self.get())
+
+    def __bool__(self) -> bool:
+        # Without this, `if channel:` would fall back to __len__ and silently wait for the value.
+        return True
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.get())
@@ -359,6 +365,7 @@ class Controller:
                     f"{where}, which failed: {failed_inputs[0]._error}",
                     node.role,
                     node.method_name,
+                    upstream=True,
                 )
             kwargs = {name: v.get() if isinstance(v, DataChannel) else v for name, v in node.inputs.items()}
             self._record_edges(node, kwargs)
@@ -377,7 +384,8 @@ class Controller:
                 channel._fail(error)
             if self.recorder is not None:
                 self.recorder.mark(node.trace, "failed", error=str(error))
-            logger.error("%s", error)
+            # Log the failure where it happened; the steps it starves only repeat it.
+            logger.log(logging.DEBUG if error.upstream else logging.ERROR, "%s", error)
         finally:
             self._finish(node)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -48,6 +49,8 @@ def _import(module_name: str):
         sys.modules[path.stem] = module  # Ray pickles classes by module name
         spec.loader.exec_module(module)
         return module
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`: a module in the working directory is found
     try:
         return importlib.import_module(module_name)
     except ImportError as error:

@@ -59,7 +59,12 @@ class RLTrainer(Controller):
     Subclass it and override :meth:`_build_dag` to change what one step does (see ``GRPOController``).
     """
 
-    def __init__(self, config: Any, reward_fn: Any = None, val_reward_fn: Any = None) -> None:
+    def __init__(
+        self, config: Any, reward_fn: Any = None, val_reward_fn: Any = None, compute_score: Any = None
+    ) -> None:
+        """``reward_fn`` / ``val_reward_fn`` replace the reward managers; ``compute_score(data_source,
+        solution_str, ground_truth, extra_info)`` replaces the scoring function inside the configured
+        manager. All three must pickle for ``trainer.backend=ray``."""
         trainer_cfg = config.trainer
         super().__init__(backend=trainer_cfg.backend, trace=trainer_cfg.trace)
         self.config = config
@@ -82,7 +87,9 @@ class RLTrainer(Controller):
         )
         self.global_steps = 0
         self._build_datasets()
-        self._register_roles(reward_fn, val_reward_fn)
+        self._register_roles(
+            dict(reward_fn=reward_fn, val_reward_fn=val_reward_fn, compute_score=compute_score)
+        )
 
     def _build_datasets(self) -> None:
         """Datasets first: the number of steps (which the LR schedule needs) follows from their size."""
@@ -111,7 +118,7 @@ class RLTrainer(Controller):
             cfg.trainer.total_training_steps or len(self.sampler) * cfg.trainer.total_epochs
         )
 
-    def _register_roles(self, reward_fn: Any, val_reward_fn: Any) -> None:
+    def _register_roles(self, reward_kwargs: dict[str, Any]) -> None:
         """The roles of PPO/GRPO; the actor and critic have ``trainer.nnodes x n_gpus_per_node`` workers."""
         cfg = self.config
         policy = dict(on_failure=cfg.trainer.on_worker_failure, max_restarts=cfg.trainer.max_worker_restarts)
@@ -142,7 +149,7 @@ class RLTrainer(Controller):
                 "reward",
                 "reward_model",
                 worker_class=RewardWorker,
-                init_kwargs=dict(config=cfg, reward_fn=reward_fn, val_reward_fn=val_reward_fn),
+                init_kwargs=dict(config=cfg, **reward_kwargs),
                 num_workers=cfg.reward_model.num_workers,
                 **policy,
             )
@@ -208,48 +215,52 @@ class RLTrainer(Controller):
         With DAPO dynamic sampling (``algorithm.filter_groups``) this reads the scores and, when too
         many groups have no reward variance, generates from ``more_prompts`` until the step is full.
         """
-        gen, reward = self.generate_and_score(self.repeat_prompts(prompts, tag="0"))
+        batch, scores = self.generate_and_score(self.repeat_prompts(prompts, tag="0"))
         if not self.config.algorithm.filter_groups.enable:
-            return gen["batch"], reward["scores"]
-        return self.fill_with_varied_groups(gen, reward, more_prompts)
+            return batch, scores
+        return self.fill_with_varied_groups(batch, scores, more_prompts)
 
     def repeat_prompts(self, batch: DataProto, tag: str) -> DataProto:
         """Give each prompt a uid (its group) and repeat it ``rollout.n`` times, consecutively."""
         n = self.config.actor_rollout_ref.rollout.n
+        batch = batch.select()  # the caller's batch is left as it was
         batch.non_tensor_batch["uid"] = np.array(
             [f"{self.global_steps}-{tag}-{i}" for i in range(len(batch))], dtype=object
         )
         if self.config.algorithm.adv_estimator == "remax":
             # ReMax's baseline: the reward of the greedy response to the same prompt.
             _, greedy = self.generate_and_score(batch, validate=True, names=("gen_max", "reward_max"))
-            baselines = greedy["scores"].get().batch["token_level_scores"].sum(-1).repeat_interleave(n)
+            baselines = greedy.get().batch["token_level_scores"].sum(-1).repeat_interleave(n)
             batch = batch.repeat(n, interleave=True)
             batch.batch["reward_baselines"] = baselines
             return batch
         return batch.repeat(n, interleave=True)
 
-    def generate_and_score(
-        self, batch: DataProto, validate: bool = False, names: tuple[str, str] = ("gen", "reward")
-    ) -> tuple[StepOutputs, StepOutputs]:
-        """Declare generation (greedy ``val_kwargs`` when ``validate``) and scoring of a batch of prompts."""
-        batch = batch.select()
-        batch.meta_info["validate"] = validate
-        gen_name, reward_name = names
+    def generate(self, prompts: DataProto, validate: bool = False, name: str = "gen") -> DataChannel:
+        """Declare generation (greedy ``val_kwargs`` when ``validate``); the channel holds the whole batch."""
+        prompts = prompts.select()  # a new DataProto: the caller's meta_info stays as it was
+        prompts.meta_info["validate"] = validate
         gen = self.step(
             role="actor_rollout",
             method="generate_sequences",
-            inputs={"prompts": batch},
+            inputs={"prompts": prompts},
             outputs=["batch"],
-            name=gen_name,
+            name=name,
         )
-        reward = self.step(
-            role="reward",
-            method="compute_score",
-            inputs={"data": gen["batch"]},
-            outputs=["scores"],
-            name=reward_name,
-        )
-        return gen, reward
+        return gen["batch"]
+
+    def score(self, batch: DataChannel, name: str = "reward") -> DataChannel:
+        """Declare scoring of a generated batch; the channel holds ``token_level_scores`` and extra fields."""
+        return self.step(
+            role="reward", method="compute_score", inputs={"data": batch}, outputs=["scores"], name=name
+        )["scores"]
+
+    def generate_and_score(
+        self, prompts: DataProto, validate: bool = False, names: tuple[str, str] = ("gen", "reward")
+    ) -> tuple[DataChannel, DataChannel]:
+        """:meth:`generate` then :meth:`score`: the batch and its scores."""
+        batch = self.generate(prompts, validate, names[0])
+        return batch, self.score(batch, names[1])
 
     def compute_advantages(
         self,
@@ -280,7 +291,7 @@ class RLTrainer(Controller):
         return {"batch": batch, "metrics": metrics}
 
     def fill_with_varied_groups(
-        self, gen: StepOutputs, reward: StepOutputs, more_prompts: Iterator[DataProto] | None
+        self, batch: DataChannel, scores: DataChannel, more_prompts: Iterator[DataProto] | None
     ) -> tuple[DataProto, DataProto]:
         """DAPO dynamic sampling (Yu et al. 2025, arXiv 2503.14476).
 
@@ -294,9 +305,8 @@ class RLTrainer(Controller):
         kept, num_groups, generated = [], 0, 0
         while True:
             generated += 1
-            scores = reward["scores"].get()
-            score_fields = list(scores.non_tensor_batch)
-            scored = gen["batch"].get().select().union(scores)
+            score_fields = list(scores.get().non_tensor_batch)
+            scored = batch.get().select().union(scores.get())
             varied = _varied_groups(scored, cfg.metric)
             kept.append(varied)
             num_groups += len(varied) // n
@@ -308,7 +318,9 @@ class RLTrainer(Controller):
                     "generation batches; raise algorithm.filter_groups.max_num_gen_batches, lower "
                     "data.train_batch_size, or check that the task is neither too easy nor too hard for the model"
                 )
-            gen, reward = self.generate_and_score(self.repeat_prompts(next(more_prompts), tag=str(generated)))
+            batch, scores = self.generate_and_score(
+                self.repeat_prompts(next(more_prompts), tag=str(generated))
+            )
         self._num_gen_batches = generated
         # Groups are contiguous (interleaved repeat), so the first wanted * n rows are whole groups.
         batch = DataProto.concat(kept)[: wanted * n]
@@ -451,7 +463,7 @@ class RLTrainer(Controller):
         """Greedy (``rollout.val_kwargs``) generation on the whole validation set, scored by the reward."""
         val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
         batch_size = self.config.data.val_batch_size or len(self.val_dataset)
-        sources, scores = [], []
+        sources, val_scores = [], []
         extra: dict[str, list] = {}
         with self.dag("validation"):
             outputs = []
@@ -461,13 +473,13 @@ class RLTrainer(Controller):
                 ]
                 batch = self._collate(items).repeat(val_kwargs.n, interleave=True)
                 outputs.append(self.generate_and_score(batch, validate=True))
-        for gen, reward in outputs:
-            result = reward["scores"].get()
-            scores += result.batch["token_level_scores"].sum(-1).tolist()
-            sources += list(gen["batch"].get().non_tensor_batch[self.config.data.reward_fn_key])
+        for batch, scores in outputs:
+            result = scores.get()
+            val_scores += result.batch["token_level_scores"].sum(-1).tolist()
+            sources += list(batch.get().non_tensor_batch[self.config.data.reward_fn_key])
             for key, values in result.non_tensor_batch.items():
                 extra.setdefault(key, []).extend(values)
-        return compute_validation_metrics(sources, scores, extra, n=val_kwargs.n)
+        return compute_validation_metrics(sources, val_scores, extra, n=val_kwargs.n)
 
 
 class GRPOController(RLTrainer):
@@ -481,8 +493,7 @@ class GRPOController(RLTrainer):
     ) -> dict[str, Any]:
         if self.need_critic or self.config.algorithm.adv_estimator not in ("grpo", "grpo_passk", "rloo"):
             raise ValueError("GRPOController runs critic-free group estimators (grpo, grpo_passk, rloo)")
-        gen, reward = self.generate_and_score(self.repeat_prompts(prompts, tag="0"))
-        batch, scores = gen["batch"], reward["scores"]
+        batch, scores = self.generate_and_score(self.repeat_prompts(prompts, tag="0"))
         ref = (
             self.step(
                 role="actor_rollout",
