@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from verl.single_controller.base import WorkerGroup
@@ -21,9 +23,13 @@ class LocalWorkerGroup(WorkerGroup):
     """``world_size`` instances of ``worker_cls`` in this process, driven as one object.
 
     Each worker is built with ``worker_cls(**init_kwargs)`` inside :func:`worker_placement`, so a
-    :class:`Worker` subclass has ``rank`` and ``world_size`` set before its ``__init__`` runs. Calls on
-    one group are serialised by a lock (a worker does one thing at a time, as a Ray actor does); calls
-    on different groups may run at the same time from different threads.
+    :class:`Worker` subclass has ``rank`` and ``world_size`` set before its ``__init__`` runs.
+
+    Every call runs on the group's own thread, whichever thread makes it: a worker does one thing at a
+    time, as a Ray actor does, and calls on different groups may run at the same time. One fixed thread
+    per group also matters for speed: each thread that runs torch ops gets its own OpenMP thread team,
+    and idle teams spin-wait on the CPU, so torch work hopping across a pool of threads ran ~50% slower
+    (measured on 2 cores: 0.44 s vs 0.29 s per GRPO step).
     """
 
     in_process = True
@@ -36,8 +42,10 @@ class LocalWorkerGroup(WorkerGroup):
         name: str | None = None,
     ) -> None:
         super().__init__(worker_cls, world_size, init_kwargs, name)
-        self._lock = threading.RLock()
-        self.workers: list[Any] = self._build_workers()
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"verl-{self.name}")
+        self._thread_ident: int | None = None
+        self._thread.submit(self._remember_thread).result()
+        self.workers: list[Any] = self._on_own_thread(self._build_workers)
 
     def _build_workers(self) -> list[Any]:
         workers = []
@@ -49,27 +57,38 @@ class LocalWorkerGroup(WorkerGroup):
             workers.append(worker)
         return workers
 
+    def _on_own_thread(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the group's thread (directly when already there: a worker calling its own group)."""
+        if threading.get_ident() == self._thread_ident:
+            return fn()
+        return self._thread.submit(fn).result()
+
+    def _remember_thread(self) -> None:
+        self._thread_ident = threading.get_ident()
+
     def _run_ranks(self, method: str, calls: dict[int, tuple[tuple, dict]]) -> dict[int, Any]:
+        return self._on_own_thread(lambda: self._run_ranks_here(method, calls))
+
+    def _run_ranks_here(self, method: str, calls: dict[int, tuple[tuple, dict]]) -> dict[int, Any]:
         outputs = {}
-        with self._lock:
-            for rank, (args, kwargs) in sorted(calls.items()):
-                try:
-                    outputs[rank] = getattr(self.workers[rank], method)(*args, **kwargs)
-                except WorkerError:
-                    raise
-                except MemoryError as error:
-                    raise WorkerError(
-                        self.name, rank, method, describe_error(error), "oom", os.getpid()
-                    ) from error
-                except Exception as error:
-                    raise WorkerError(
-                        self.name, rank, method, describe_error(error), "exception", os.getpid()
-                    ) from error
+        for rank, (args, kwargs) in sorted(calls.items()):
+            try:
+                outputs[rank] = getattr(self.workers[rank], method)(*args, **kwargs)
+            except WorkerError:
+                raise
+            except MemoryError as error:
+                raise WorkerError(
+                    self.name, rank, method, describe_error(error), "oom", os.getpid()
+                ) from error
+            except Exception as error:
+                raise WorkerError(
+                    self.name, rank, method, describe_error(error), "exception", os.getpid()
+                ) from error
         return outputs
 
     def restart(self) -> None:
-        with self._lock:
-            self.workers = self._build_workers()
+        self.workers = self._on_own_thread(self._build_workers)
 
     def shutdown(self) -> None:
         self.workers = []
+        self._thread.shutdown(wait=False)

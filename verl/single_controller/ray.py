@@ -23,6 +23,7 @@ import socket
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import ray
@@ -83,7 +84,9 @@ class _WorkerHost:
         # appended, so the host's own entries still win.
         sys.path.extend(path for path in driver_sys_path if path not in sys.path)
         self._workers: dict[str, Any] = {}
-        self._locks: dict[str, threading.Lock] = {}
+        # One thread per hosted worker, for the same reason as LocalWorkerGroup: torch work that hops
+        # across a threaded actor's pool leaves an OpenMP team spin-waiting on every thread it touched.
+        self._threads: dict[str, ThreadPoolExecutor] = {}
         self._owns_process_group: set[str] = set()
 
     def build(
@@ -97,20 +100,28 @@ class _WorkerHost:
         self.drop(key)
         os.environ.update(env)
         had_process_group = _process_group_initialized()
-        with worker_placement(rank, world_size):
-            worker = worker_cls(**init_kwargs)
+        thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"verl-{key}")
+
+        def construct() -> Any:
+            with worker_placement(rank, world_size):
+                return worker_cls(**init_kwargs)
+
+        try:
+            worker = thread.submit(construct).result()
+        except BaseException:
+            thread.shutdown(wait=False)
+            raise
         if not had_process_group and _process_group_initialized():
             self._owns_process_group.add(key)
         self._workers[key] = worker
-        self._locks[key] = threading.Lock()
+        self._threads[key] = thread
         return os.getpid()
 
     def call(self, key: str, method: str, args: tuple, kwargs: dict) -> Any:
         """Run one method of group ``key``'s worker, one call at a time per worker."""
         if key not in self._workers:
             raise RuntimeError(f"no worker of group {key!r} lives in this process (pid {os.getpid()})")
-        with self._locks[key]:
-            return getattr(self._workers[key], method)(*args, **kwargs)
+        return self._threads[key].submit(getattr(self._workers[key], method), *args, **kwargs).result()
 
     def drop(self, key: str) -> None:
         """Forget group ``key``'s worker (its group shut down while colocated groups live on).
@@ -119,7 +130,9 @@ class _WorkerHost:
         built here later can create its own.
         """
         self._workers.pop(key, None)
-        self._locks.pop(key, None)
+        thread = self._threads.pop(key, None)
+        if thread is not None:
+            thread.shutdown(wait=False)
         if key in self._owns_process_group:
             self._owns_process_group.discard(key)
             if _process_group_initialized():
