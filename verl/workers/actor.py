@@ -22,10 +22,9 @@ from verl.workers.engine.distributed import (
     dp_world_size,
     gradient_sync,
     local_mini_batch_size,
-    unwrap,
-    wrap_ddp,
 )
 from verl.workers.engine.optim import clip_and_step
+from verl.workers.engine.trained import TrainedModel
 
 
 def logprobs_and_entropy(
@@ -59,27 +58,11 @@ def response_logprobs(
     return logprobs_and_entropy(logits, responses, with_entropy)
 
 
-def shuffle_generator(seed: int | None) -> torch.Generator:
-    """The generator an update draws its shuffle seeds from: its own, so that other roles in the
-    process drawing random numbers do not change this one's shuffles.
-
-    Without a ``seed`` it follows torch's global seed (``torch.initial_seed()``), so a seeded run is
-    reproducible. Workers seed each rank differently (``trainer.seed + rank``); pass the same ``seed``
-    on every rank (e.g. ``trainer.seed``) for identical shuffles. Either way is correct: each rank only
-    shuffles its own shard, so a global mini-batch always takes the same number of rows from each rank.
-    """
-    generator = torch.Generator()
-    generator.manual_seed(torch.initial_seed() if seed is None else seed)
-    return generator
-
-
-class Actor:
+class Actor(TrainedModel):
     """Computes log-probs and updates the policy from a batch with advantages.
 
-    ``model`` may be a plain module or one already wrapped in DDP. With an optimizer (a trained actor)
-    and distributed on, it is wrapped in DDP here: a collective, so every rank builds its Actor
-    together. ``self.model`` is the module trained (DDP or plain), ``self.module`` the plain one, used
-    for inference and shared with the rollout. A reference actor (no optimizer) is never wrapped.
+    ``self.model`` is trained (DDP when data parallel), ``self.module`` (plain) computes log-probs and is
+    shared with the rollout; a reference actor has no optimizer and is never wrapped (see TrainedModel).
     """
 
     def __init__(
@@ -90,13 +73,9 @@ class Actor:
         lr_scheduler=None,
         seed: int | None = None,
     ) -> None:
-        self.module = unwrap(model)
-        self.model = wrap_ddp(model) if optimizer is not None else model
+        super().__init__(model, optimizer, lr_scheduler, seed)
         self.config = config
-        self.optimizer = optimizer
-        self.lr_scheduler = lr_scheduler
         self.policy_loss_fn = get_policy_loss_fn(config.policy_loss.loss_mode)
-        self.generator = shuffle_generator(seed)
 
     @torch.no_grad()
     def compute_log_prob(

@@ -13,16 +13,14 @@ import torch
 
 from verl.algorithms import compute_value_loss, masked_mean
 from verl.protocol import DataProto
-from verl.workers.actor import shuffle_generator
 from verl.workers.engine.distributed import (
     all_reduce_sum,
     dp_world_size,
     gradient_sync,
     local_mini_batch_size,
-    unwrap,
-    wrap_ddp,
 )
 from verl.workers.engine.optim import clip_and_step
+from verl.workers.engine.trained import TrainedModel
 
 
 def response_values(model: torch.nn.Module, micro: DataProto) -> torch.Tensor:
@@ -37,11 +35,10 @@ def response_values(model: torch.nn.Module, micro: DataProto) -> torch.Tensor:
     return out[:, -response_length - 1 : -1].float() * micro.batch["response_mask"]
 
 
-class Critic:
+class Critic(TrainedModel):
     """Computes values and updates the value model (mini-batches, micro-batches, value clipping).
 
-    Like the Actor: ``model`` may be plain or DDP; with an optimizer and distributed on it is wrapped
-    in DDP here (a collective). ``self.model`` is trained, ``self.module`` (plain) computes values.
+    ``self.model`` is trained (DDP when data parallel), ``self.module`` (plain) computes values.
     """
 
     def __init__(
@@ -52,12 +49,8 @@ class Critic:
         lr_scheduler=None,
         seed: int | None = None,
     ) -> None:
-        self.module = unwrap(model)
-        self.model = wrap_ddp(model) if optimizer is not None else model
+        super().__init__(model, optimizer, lr_scheduler, seed)
         self.config = config
-        self.optimizer = optimizer
-        self.lr_scheduler = lr_scheduler
-        self.generator = shuffle_generator(seed)
 
     @torch.no_grad()
     def compute_values(self, data: DataProto, micro_batch_size: int | None) -> torch.Tensor:

@@ -55,11 +55,6 @@ def setup_process(config: Any, rank: int) -> None:
     init_distributed()
 
 
-def _cloned(state: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a (nested) state dict that later training steps cannot change."""
-    return copy.deepcopy(state)
-
-
 class ActorRolloutRefWorker(Worker):
     """Actor + rollout + reference for one data-parallel rank."""
 
@@ -159,18 +154,10 @@ class ActorRolloutRefWorker(Worker):
 
     def get_state(self) -> dict[str, Any]:
         """Weights, optimizer and LR schedule: what a restarted worker needs to carry on training."""
-        return _cloned(
-            {
-                "model": self.module.state_dict(),
-                "optimizer": self.actor.optimizer.state_dict(),
-                "lr_scheduler": self.actor.lr_scheduler.state_dict(),
-            }
-        )
+        return self.actor.training_state()
 
     def set_state(self, state: dict[str, Any]) -> None:
-        self.module.load_state_dict(state["model"])
-        self.actor.optimizer.load_state_dict(state["optimizer"])
-        self.actor.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        self.actor.load_training_state(state)
 
 
 class CriticWorker(Worker):
@@ -210,18 +197,10 @@ class CriticWorker(Worker):
         return DataProto(meta_info={"metrics": metrics})
 
     def get_state(self) -> dict[str, Any]:
-        return _cloned(
-            {
-                "model": self.module.state_dict(),
-                "optimizer": self.critic.optimizer.state_dict(),
-                "lr_scheduler": self.critic.lr_scheduler.state_dict(),
-            }
-        )
+        return self.critic.training_state()
 
     def set_state(self, state: dict[str, Any]) -> None:
-        self.module.load_state_dict(state["model"])
-        self.critic.optimizer.load_state_dict(state["optimizer"])
-        self.critic.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        self.critic.load_training_state(state)
 
 
 class RewardWorker(Worker):
