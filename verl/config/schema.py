@@ -432,7 +432,8 @@ class TrainerSection:
     """with on_worker_failure=restart: copy the actor/critic state (weights, optimizer) to the driver every
     this many steps, so a restarted worker resumes from it; 0 = never (a restarted trained role then fails)"""
     device: str = "cpu"
-    """device type: cpu | cuda | auto"""
+    """where the actor and critic compute: cpu | cuda | auto (cuda when visible). With trainer.backend=ray
+    and cuda each actor / critic worker reserves one GPU"""
     critic_warmup: int = 0
     """RL steps that train only the critic before the actor starts updating"""
     torch_threads: Optional[int] = None

@@ -95,6 +95,7 @@ def validate(cfg: DictConfig) -> None:
         _choice(errors, "algorithm.kl_ctrl.type", cfg.algorithm.kl_ctrl.type, KL_CTRL_TYPES)
         trainer = cfg.trainer
         _choice(errors, "trainer.backend", trainer.backend, ("local", "ray"))
+        _choice(errors, "trainer.device", trainer.device, ("cpu", "cuda", "auto"))
         _choice(errors, "trainer.on_worker_failure", trainer.on_worker_failure, ("fail", "restart"))
         _at_least(errors, "trainer.nnodes", trainer.nnodes, 1)
         _at_least(errors, "trainer.n_gpus_per_node", trainer.n_gpus_per_node, 1)

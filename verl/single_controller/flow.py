@@ -53,6 +53,7 @@ class Role:
     ``role_type`` is descriptive (actor, critic, reward_model, reference_model, rollout, ...).
     ``num_workers`` ranks are started; ``colocate_with`` names a registered role whose worker
     processes this role shares (Ray backend; in-process every role shares the driver's process).
+    ``num_cpus_per_worker`` / ``num_gpus_per_worker`` are the Ray resources each rank reserves.
     ``on_failure`` is ``"fail"`` or ``"restart"`` (rebuild the workers, restore their saved state,
     retry the step, at most ``max_restarts`` times over the run).
     """
@@ -64,6 +65,7 @@ class Role:
     num_workers: int = 1
     colocate_with: str | None = None
     num_cpus_per_worker: float = 0.0
+    num_gpus_per_worker: float = 0.0
     on_failure: str = "fail"
     max_restarts: int = 3
 
@@ -274,6 +276,7 @@ class Controller:
             role.init_kwargs,
             name=role.name,
             num_cpus_per_worker=role.num_cpus_per_worker,
+            num_gpus_per_worker=role.num_gpus_per_worker,
             colocate_with=colocate,
         )
 

@@ -154,9 +154,10 @@ _HostActor = ray.remote(_WorkerHost)
 class _Hosts:
     """The host processes of one colocation set: one actor per rank, shared by the member groups."""
 
-    def __init__(self, world_size: int, num_cpus: float) -> None:
+    def __init__(self, world_size: int, num_cpus: float, num_gpus: float = 0) -> None:
         self.world_size = world_size
         self.num_cpus = num_cpus
+        self.num_gpus = num_gpus
         self.groups: list[RayWorkerGroup] = []
         self.actors: list[Any] = []
         self.start()
@@ -164,7 +165,13 @@ class _Hosts:
     def start(self) -> None:
         """Create one actor per rank; Ray starts the processes in the background."""
         # max_concurrency > 1 makes the host a threaded actor, so colocated groups can run at once.
-        options = {"num_cpus": self.num_cpus, "max_concurrency": 8, "max_restarts": 0}
+        # With num_gpus Ray gives each host its own device(s) and sets CUDA_VISIBLE_DEVICES accordingly.
+        options = {
+            "num_cpus": self.num_cpus,
+            "num_gpus": self.num_gpus,
+            "max_concurrency": 8,
+            "max_restarts": 0,
+        }
         sys_path = [os.path.abspath(path) for path in sys.path]
         self.actors = [_HostActor.options(**options).remote(sys_path) for _ in range(self.world_size)]
 
@@ -186,8 +193,9 @@ class RayWorkerGroup(WorkerGroup):
     leave the others pending forever. Ray also sets ``OMP_NUM_THREADS`` to that number (at least 1)
     before the host imports torch, so torch runs single-threaded in a worker by default: raise
     ``num_cpus_per_worker`` or call ``torch.set_num_threads`` in ``__init__`` (``env`` comes too late
-    for that). ``env`` is exported in each host before the worker is built. ``colocate_with=other``
-    puts rank r in the same process as rank r of ``other``.
+    for that). ``num_gpus_per_worker`` GPUs are reserved per host (Ray then sets its
+    ``CUDA_VISIBLE_DEVICES``). ``env`` is exported in each host before the worker is built.
+    ``colocate_with=other`` puts rank r in the same process as rank r of ``other`` (and its devices).
 
     After a failure the group may be left with a dead or stuck rank: call :meth:`restart`.
     """
@@ -206,6 +214,7 @@ class RayWorkerGroup(WorkerGroup):
         name: str | None = None,
         *,
         num_cpus_per_worker: float = 0,
+        num_gpus_per_worker: float = 0,
         env: dict[str, str] | None = None,
         colocate_with: RayWorkerGroup | None = None,
     ) -> None:
@@ -215,17 +224,17 @@ class RayWorkerGroup(WorkerGroup):
         self._hosts: _Hosts | None = None
         ensure_ray()
         with _BUILD_LOCK:
-            self._hosts = self._join_hosts(colocate_with, num_cpus_per_worker)
+            self._hosts = self._join_hosts(colocate_with, num_cpus_per_worker, num_gpus_per_worker)
             try:
                 self._build()
             except BaseException:
                 self.shutdown()
                 raise
 
-    def _join_hosts(self, colocate_with: RayWorkerGroup | None, num_cpus: float) -> _Hosts:
+    def _join_hosts(self, colocate_with: RayWorkerGroup | None, num_cpus: float, num_gpus: float) -> _Hosts:
         """New hosts, or those of ``colocate_with`` after checking the two groups can share them."""
         if colocate_with is None:
-            hosts = _Hosts(self.world_size, num_cpus)
+            hosts = _Hosts(self.world_size, num_cpus, num_gpus)
         else:
             hosts = self._shared_hosts(colocate_with, num_cpus)
         hosts.groups.append(self)

@@ -122,6 +122,8 @@ class RLTrainer(Controller):
         """The roles of PPO/GRPO; the actor and critic have ``trainer.nnodes x n_gpus_per_node`` workers."""
         cfg = self.config
         policy = dict(on_failure=cfg.trainer.on_worker_failure, max_restarts=cfg.trainer.max_worker_restarts)
+        # One GPU per data-parallel rank of the trained roles (Ray places them); reward runs on CPU.
+        gpus = 1 if self.backend == "ray" and self._wants_gpu() else 0
         steps = self.total_training_steps
         self.register_role(
             Role(
@@ -130,6 +132,7 @@ class RLTrainer(Controller):
                 worker_class=ActorRolloutRefWorker,
                 init_kwargs=dict(config=cfg, total_training_steps=steps, need_ref=self.need_ref),
                 num_workers=self.sizes.dp_size,
+                num_gpus_per_worker=gpus,
                 **policy,
             )
         )
@@ -141,6 +144,7 @@ class RLTrainer(Controller):
                     worker_class=CriticWorker,
                     init_kwargs=dict(config=cfg, total_training_steps=steps),
                     num_workers=self.sizes.dp_size,
+                    num_gpus_per_worker=gpus,
                     **policy,
                 )
             )
@@ -154,6 +158,10 @@ class RLTrainer(Controller):
                 **policy,
             )
         )
+
+    def _wants_gpu(self) -> bool:
+        device = self.config.trainer.device
+        return device == "cuda" or (device == "auto" and torch.cuda.is_available())
 
     def _collate(self, items: list[dict]) -> DataProto:
         return collate_rl(items, self.tokenizer.pad_token_id)

@@ -11,6 +11,8 @@ when a KL term needs it, a frozen reference copy. ``CriticWorker`` holds the val
 from __future__ import annotations
 
 import copy
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -43,16 +45,45 @@ def prepare_for_training(module: torch.nn.Module, model_cfg: Any, optim_cfg: Any
     return optimizer, build_lr_scheduler(optimizer, optim_cfg, total_steps)
 
 
-def setup_process(config: Any, rank: int) -> None:
+def resolve_device(name: str) -> torch.device:
+    """``trainer.device``: cpu, cuda (the worker's GPU: Ray gives each worker its own) or auto."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("trainer.device=cuda but this worker sees no CUDA device")
+    return torch.device(name)
+
+
+def on_device(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a worker method on the worker's device: DataProto arguments move there, a DataProto result
+    comes back to the CPU, where the driver and the other roles read it."""
+
+    @functools.wraps(method)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        def move(value: Any) -> Any:
+            return value.select().to(self.device) if isinstance(value, DataProto) else value
+
+        result = method(self, *(move(a) for a in args), **{k: move(v) for k, v in kwargs.items()})
+        return result.to("cpu") if isinstance(result, DataProto) else result
+
+    return run
+
+
+def setup_process(config: Any, rank: int) -> torch.device:
     """Threads, seeds and the data-parallel process group of a worker: a worker in its own process
     starts from nothing the driver set.
 
     Each rank gets its own seed, so data-parallel ranks sample different responses. The process group
     forms only when the worker group set WORLD_SIZE > 1 (Ray backend); all ranks join it together.
+    Returns the device the worker computes on.
     """
     configure_torch_threads(config.trainer.torch_threads)
     set_seed(config.trainer.seed + rank)
-    init_distributed()
+    device = resolve_device(config.trainer.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    init_distributed("nccl" if device.type == "cuda" else "gloo")
+    return device
 
 
 class ActorRolloutRefWorker(Worker):
@@ -60,7 +91,7 @@ class ActorRolloutRefWorker(Worker):
 
     def __init__(self, config: Any, total_training_steps: int, need_ref: bool) -> None:
         self.config = config
-        setup_process(config, self.rank)
+        self.device = setup_process(config, self.rank)
         arr = config.actor_rollout_ref
         model_cfg = arr.model
         self.tokenizer = load_tokenizer(
@@ -71,7 +102,7 @@ class ActorRolloutRefWorker(Worker):
             torch_dtype=model_cfg.torch_dtype,
             attn_implementation=model_cfg.attn_implementation,
             trust_remote_code=model_cfg.trust_remote_code,
-        )
+        ).to(self.device)
         optimizer, lr_scheduler = prepare_for_training(
             self.module, model_cfg, arr.actor.optim, total_training_steps
         )
@@ -94,6 +125,7 @@ class ActorRolloutRefWorker(Worker):
         return SamplingParams.from_config(section, self.config.data.max_response_length)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @on_device
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Sample responses; ``meta_info["validate"]`` switches to the greedy validation settings.
 
@@ -111,6 +143,7 @@ class ActorRolloutRefWorker(Worker):
         return output
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @on_device
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """``old_log_probs`` (and ``entropys``) of the responses under the current policy."""
         rollout_cfg = self.config.actor_rollout_ref.rollout
@@ -120,6 +153,7 @@ class ActorRolloutRefWorker(Worker):
         return DataProto.from_dict(tensors={"old_log_probs": log_probs, "entropys": entropy})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @on_device
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         if self.ref_module is None:
             raise RuntimeError(
@@ -134,6 +168,7 @@ class ActorRolloutRefWorker(Worker):
         return DataProto.from_dict(tensors={"ref_log_prob": log_probs})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @on_device
     def update_actor(self, data: DataProto) -> DataProto:
         sizes = data.meta_info["sizes"]
         metrics = self.actor.update_policy(
@@ -165,7 +200,7 @@ class CriticWorker(Worker):
 
     def __init__(self, config: Any, total_training_steps: int) -> None:
         self.config = config
-        setup_process(config, self.rank)
+        self.device = setup_process(config, self.rank)
         critic_cfg = config.critic
         model_cfg = critic_cfg.model
         path = model_cfg.path or config.actor_rollout_ref.model.path
@@ -174,18 +209,20 @@ class CriticWorker(Worker):
             torch_dtype=model_cfg.torch_dtype,
             attn_implementation=model_cfg.attn_implementation,
             trust_remote_code=model_cfg.trust_remote_code,
-        )
+        ).to(self.device)
         optimizer, lr_scheduler = prepare_for_training(
             self.module, model_cfg, critic_cfg.optim, total_training_steps
         )
         self.critic = Critic(self.module, critic_cfg, optimizer, lr_scheduler, seed=config.trainer.seed)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @on_device
     def compute_values(self, data: DataProto) -> DataProto:
         values = self.critic.compute_values(data, self.config.critic.forward_micro_batch_size_per_gpu)
         return DataProto.from_dict(tensors={"values": values})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @on_device
     def update_critic(self, data: DataProto) -> DataProto:
         sizes = data.meta_info["sizes"]
         metrics = self.critic.update_critic(
