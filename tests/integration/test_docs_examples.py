@@ -29,7 +29,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "control_flow.md"
-BUDGET_S = 30
+BUDGET_S = 300  # a guard against a hang, not a speed target (a loaded 2-core machine is slow)
 
 MARKER = re.compile(r"^<!--\s*(runnable|file:\s*(?P<name>\S+))\s*-->\s*$")
 FENCE = re.compile(r"^```(\w*)\s*$")

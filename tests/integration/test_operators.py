@@ -154,7 +154,7 @@ def test_bad_settings_name_the_valid_choices():
     with pytest.raises(ValueError, match="megatron is not built"):
         TrainingOperator(engine="megatron")
     assert TrainingOperator(engine="ddp").overrides()["actor_rollout_ref.actor.strategy"] == "dp"
-    with pytest.raises(ValueError, match="registered engines: dummy, hf"):
+    with pytest.raises(ValueError, match="registered engines: dummy, .*hf"):
         RolloutOperator(engine="no-such-engine")
     with pytest.raises(ValueError, match="known: arithmetic, gsm8k"):
         RewardOperator(reward_fn="gsm8k_correctness")

@@ -12,6 +12,7 @@ from verl.config import list_recipes, load_config
 from verl.data import iterate_batches
 from verl.models import load_hf_model
 from verl.protocol import DataProto
+from verl.trainer.checkpointing import export_hf
 from verl.trainer.rl_trainer import RLTrainer
 
 pytestmark = pytest.mark.slow
@@ -95,9 +96,11 @@ def test_two_rl_steps_change_weights_and_log_metrics(tiny_model_dir, arithmetic_
     # 2 mini-batches of 2 prompts x 4 samples: two optimizer steps per RL step
     assert records[-1]["actor/grad_norm"] > 0
     assert summary["val_before"].keys() == summary["val_after"].keys()
-    saved = load_hf_model(tmp_path / "global_step_2" / "actor" / "huggingface").state_dict()
+    exported = export_hf(tmp_path / "global_step_2", tmp_path / "exported")
+    saved = load_hf_model(exported).state_dict()
     assert all(torch.equal(saved[k], after[k]) for k in saved)
     assert (tmp_path / "global_step_1" / "actor" / "huggingface" / "tokenizer.json").exists()
+    assert (tmp_path / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
 
 
 def _numbers(path):

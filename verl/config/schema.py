@@ -49,6 +49,9 @@ class DataConfig:
     """data shuffling seed; None = trainer.seed"""
     filter_overlong_prompts: bool = False
     """drop prompts longer than max_prompt_length when loading the dataset"""
+    bad_rows: str = "fail"
+    """malformed rows (bad JSON line, missing or wrong-typed prompt / reward_model.ground_truth / data source):
+    fail (error naming file and row) | skip (log each one, drop it, count it as data/skipped_rows)"""
     train_max_samples: int = -1
     """use at most this many training rows; -1 = all"""
     val_max_samples: int = -1
@@ -376,6 +379,12 @@ class RewardModelConfig:
     """decoded samples per batch to print for inspection"""
     num_workers: int = 1
     """reward workers (each batch is split across them); with trainer.backend=ray each is its own process"""
+    error_policy: str = "fail"
+    """a reward function that raises, times out or returns NaN / inf / a non-number for a sample: fail (stop,
+    naming the sample) | zero (log the sample, score it 0, flag it in the reward_error field: reward/errors)"""
+    timeout_s: Optional[float] = None
+    """seconds one reward call may run (per sample; per batch for reward_manager=batch); None = no limit.
+    The call runs on a helper thread; a timed-out one is abandoned (Python cannot kill a thread)"""
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
     """DAPO overlong reward shaping (reward_manager=dapo)"""
 
@@ -398,8 +407,19 @@ class TrainerSection:
     test_freq: int = -1
     """validate every this many RL steps; -1 = never (except val_before_train)"""
     save_freq: int = -1
-    """save the policy as a HuggingFace directory every this many RL steps and at the last one; -1 = never
-    (weights only for now: a full resumable checkpoint is not implemented yet)"""
+    """write a checkpoint every this many RL steps and at the last one; -1 = never. A checkpoint holds
+    weights, optimizer, LR schedule, sampler position, every RNG, the KL controller, the step and the
+    config (layout: verl.utils.checkpoint); `verl export` turns it into a HuggingFace directory"""
+    resume_mode: str = "auto"
+    """auto (resume from the latest checkpoint in default_local_dir, if any) | disable | a checkpoint path
+    (a global_step_<N> directory)"""
+    max_actor_ckpt_to_keep: Optional[int] = None
+    """keep at most this many checkpoints (oldest removed first); None = keep all"""
+    max_critic_ckpt_to_keep: Optional[int] = None
+    """the critic is saved in the same checkpoint directories as the actor, so a directory is kept while
+    either cap still wants it"""
+    async_save: bool = False
+    """copy the state and write the checkpoint in the background, so the next step starts at once"""
     default_local_dir: str = "outputs/${trainer.project_name}/${trainer.experiment_name}"
     """output directory for checkpoints and logs"""
     logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])

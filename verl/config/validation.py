@@ -16,6 +16,8 @@ TRUNCATION_MODES = ("error", "left", "right")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 LR_SCHEDULERS = ("constant", "cosine")
 KL_CTRL_TYPES = ("fixed", "adaptive")
+BAD_ROW_POLICIES = ("fail", "skip")
+REWARD_ERROR_POLICIES = ("fail", "zero")
 
 
 def as_file_list(value: Any) -> list[str]:
@@ -96,10 +98,18 @@ def validate(cfg: DictConfig) -> None:
         trainer = cfg.trainer
         _choice(errors, "trainer.backend", trainer.backend, ("local", "ray"))
         _choice(errors, "trainer.device", trainer.device, ("cpu", "cuda", "auto"))
+        for key in ("max_actor_ckpt_to_keep", "max_critic_ckpt_to_keep"):
+            if trainer[key] is not None:
+                _at_least(errors, f"trainer.{key}", trainer[key], 1)
         _choice(errors, "trainer.on_worker_failure", trainer.on_worker_failure, ("fail", "restart"))
         _at_least(errors, "trainer.nnodes", trainer.nnodes, 1)
         _at_least(errors, "trainer.n_gpus_per_node", trainer.n_gpus_per_node, 1)
         _at_least(errors, "reward_model.num_workers", cfg.reward_model.num_workers, 1)
+        _choice(errors, "data.bad_rows", data.bad_rows, BAD_ROW_POLICIES)
+        _choice(errors, "reward_model.error_policy", cfg.reward_model.error_policy, REWARD_ERROR_POLICIES)
+        timeout_s = cfg.reward_model.timeout_s
+        if timeout_s is not None and not timeout_s > 0:
+            errors.append(f"reward_model.timeout_s must be > 0 seconds or null (no limit); got {timeout_s}")
         _at_least(errors, "trainer.max_worker_restarts", trainer.max_worker_restarts, 0)
         _at_least(errors, "trainer.worker_state_freq", trainer.worker_state_freq, 0)
         workers = trainer.nnodes * trainer.n_gpus_per_node

@@ -8,100 +8,216 @@ twenty minutes into loading a cluster job is the thing this module exists to pre
 from __future__ import annotations
 
 import json
+import logging
 import os
 import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+logger = logging.getLogger(__name__)
+
 PathLike = str | os.PathLike
 
 SUPPORTED_EXTENSIONS = (".parquet", ".jsonl", ".json")
+
+BAD_ROW_POLICIES = ("fail", "skip")
+
+MISSING = object()
+"""What :func:`get_dotted` returns for an absent field (``None`` can be a real value)."""
 
 
 class DatasetError(ValueError):
     """A dataset file or row is missing, malformed, or does not fit the configured limits."""
 
 
-def _check_extension(path: Path) -> str:
+class BadRows:
+    """``data.bad_rows``: what happens to a malformed row, ``fail`` (raise its error) or ``skip``.
+
+    Skipping exists for large scraped datasets where a handful of broken rows should not cost a run.
+    Each skipped row is logged once, with its file and row, and counted, so a dataset that silently
+    shrinks still shows up (the trainer reports :attr:`count` as ``data/skipped_rows``).
+    """
+
+    def __init__(self, policy: str = "fail") -> None:
+        if policy not in BAD_ROW_POLICIES:
+            raise ValueError(f"data.bad_rows={policy!r} is not one of {BAD_ROW_POLICIES}")
+        self.policy = policy
+        self.skipped: list[str] = []
+        """one message per skipped row (file, row, reason)"""
+
+    @property
+    def count(self) -> int:
+        return len(self.skipped)
+
+    def handle(self, error: DatasetError) -> None:
+        """Raise ``error`` (fail), or log and count it (skip)."""
+        if self.policy == "fail":
+            raise error
+        self.skipped.append(str(error))
+        logger.warning("skipping a bad row (data.bad_rows=skip): %s", error)
+
+
+def get_dotted(row: dict[str, Any], dotted: str) -> Any:
+    """``get_dotted(row, "reward_model.ground_truth")`` -> ``row["reward_model"]["ground_truth"]``, or MISSING."""
+    value: Any = row
+    for part in dotted.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return MISSING
+        value = value[part]
+    return value
+
+
+def check_required(row: dict[str, Any], fields: Iterable[str], where: str) -> None:
+    """Raise a DatasetError naming ``where`` and the field when a (dotted) required field is absent or None.
+
+    A parent that is not a dict is named with its type (``'reward_model' must be a dict ..., got str``),
+    the usual cause of a nested field gone missing.
+    """
+    for dotted in fields:
+        parts = dotted.split(".")
+        value: Any = row
+        for depth, part in enumerate(parts):
+            if not isinstance(value, dict):
+                parent = ".".join(parts[:depth])
+                raise DatasetError(
+                    f"{where}: field {parent!r} must be a dict holding {dotted!r}, got {type(value).__name__}"
+                )
+            value = value.get(part)
+            if value is None:
+                raise DatasetError(f"{where}: missing field {dotted!r}; row has {sorted(row)}")
+
+
+IndexedRows = list[tuple[int, dict[str, Any]]]
+
+
+def _label(path: Path, key: str | None) -> str:
+    """``path`` plus the config key that named it, so the message says which setting to fix."""
+    return f"{path} ({key})" if key else str(path)
+
+
+def _check_extension(path: Path, key: str | None = None) -> str:
     ext = path.suffix.lower()
     if ext not in SUPPORTED_EXTENSIONS:
         raise DatasetError(
-            f"{path}: unsupported dataset file extension {ext!r}; use one of {', '.join(SUPPORTED_EXTENSIONS)}"
+            f"{_label(path, key)}: unsupported dataset file extension {ext!r}; "
+            f"use one of {', '.join(SUPPORTED_EXTENSIONS)}"
         )
     return ext
 
 
-def _read_parquet(path: Path) -> list[dict[str, Any]]:
+def _read_parquet(path: Path, key: str | None) -> IndexedRows:
     import pyarrow.parquet as pq
 
     try:
         table = pq.read_table(path)
     except Exception as exc:  # pyarrow raises several unrelated types for a corrupt file
-        raise DatasetError(f"{path}: cannot read parquet file ({type(exc).__name__}: {exc})") from exc
-    return table.to_pylist()
+        raise DatasetError(
+            f"{_label(path, key)}: cannot read parquet file ({type(exc).__name__}: {exc})"
+        ) from exc
+    return list(enumerate(table.to_pylist()))
 
 
-def _read_json_lines(path: Path) -> list[dict[str, Any]]:
+def _read_text(path: Path, key: str | None) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise DatasetError(f"{path}: not valid UTF-8 text ({exc})") from exc
-    # A ``.json`` file may also be one JSON array of row objects (what ``json.dump(rows)`` writes).
+        raise DatasetError(f"{_label(path, key)}: not valid UTF-8 text ({exc})") from exc
+    except OSError as exc:  # permissions, a file vanishing mid-read, I/O errors
+        raise DatasetError(f"{_label(path, key)}: cannot read ({exc.strerror or exc})") from exc
+
+
+def _read_json_array(path: Path, text: str, key: str | None, bad_rows: BadRows) -> IndexedRows:
+    """A ``.json`` file holding one array of row objects (what ``json.dump(rows)`` writes)."""
+    try:
+        rows = json.loads(text)
+    except json.JSONDecodeError as exc:
+        # One broken array loses every row: there is no row to skip, so this always fails.
+        raise DatasetError(f"{_label(path, key)}: malformed JSON at line {exc.lineno}: {exc.msg}") from exc
+    out: IndexedRows = []
+    for i, row in enumerate(rows):
+        if isinstance(row, dict):
+            out.append((i, row))
+        else:
+            bad_rows.handle(
+                DatasetError(f"{path}: element {i} is a {type(row).__name__}, expected a JSON object")
+            )
+    return out
+
+
+def _read_json_lines(path: Path, key: str | None, bad_rows: BadRows) -> IndexedRows:
+    """One JSON object per line. Row indices count non-blank lines, skipped ones included, so a row's
+    index is the same whatever ``data.bad_rows`` says."""
+    text = _read_text(path, key)
     if path.suffix.lower() == ".json" and text.lstrip().startswith("["):
-        try:
-            rows = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"{path}: malformed JSON at line {exc.lineno}: {exc.msg}") from exc
-        for i, row in enumerate(rows):
-            if not isinstance(row, dict):
-                raise DatasetError(f"{path}: element {i} is a {type(row).__name__}, expected a JSON object")
-        return rows
-    rows = []
+        return _read_json_array(path, text, key, bad_rows)
+    out: IndexedRows = []
+    row_index = 0
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
+        index, row_index = row_index, row_index + 1
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise DatasetError(f"{path}: malformed JSON on line {lineno}: {exc.msg}") from exc
+            bad_rows.handle(DatasetError(f"{path}: malformed JSON on line {lineno} (row {index}): {exc.msg}"))
+            continue
         if not isinstance(row, dict):
-            raise DatasetError(f"{path}: line {lineno} is a {type(row).__name__}, expected a JSON object")
-        rows.append(row)
-    return rows
+            bad_rows.handle(
+                DatasetError(
+                    f"{path}: line {lineno} (row {index}) is a {type(row).__name__}, expected a JSON object"
+                )
+            )
+            continue
+        out.append((index, row))
+    return out
+
+
+def _read_indexed(path: PathLike, key: str | None = None, bad_rows: BadRows | None = None) -> IndexedRows:
+    """``(row_index, row)`` for each usable row; file-level problems always raise, naming path and key."""
+    p = Path(path).expanduser()
+    ext = _check_extension(p, key)
+    if not p.exists():
+        raise FileNotFoundError(f"dataset file {_label(p, key)} does not exist")
+    if not p.is_file():
+        raise DatasetError(f"{_label(p, key)}: is not a regular file")
+    if ext == ".parquet":
+        return _read_parquet(p, key)
+    return _read_json_lines(p, key, bad_rows or BadRows("fail"))
 
 
 def read_rows(path: PathLike) -> list[dict[str, Any]]:
     """Read every row of a ``.parquet``, ``.jsonl`` or ``.json`` file as a list of dicts."""
-    p = Path(path).expanduser()
-    ext = _check_extension(p)
-    if not p.exists():
-        raise FileNotFoundError(f"dataset file {p} does not exist")
-    if not p.is_file():
-        raise DatasetError(f"{p}: is not a regular file")
-    if ext == ".parquet":
-        return _read_parquet(p)
-    return _read_json_lines(p)
+    return [row for _, row in _read_indexed(path)]
 
 
-def as_path_list(paths: PathLike | Iterable[PathLike]) -> list[str]:
+def as_path_list(paths: PathLike | Iterable[PathLike] | None, key: str | None = None) -> list[str]:
     """Normalise one path or a list of paths (also an OmegaConf ListConfig) to expanded strings."""
-    if isinstance(paths, (str, os.PathLike)):
+    if paths is None:
+        paths = []
+    elif isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     out = [str(Path(p).expanduser()) for p in paths]
     if not out:
-        raise DatasetError("no dataset files given")
+        raise DatasetError("no dataset files given" + (f"; set {key}" if key else ""))
     return out
 
 
-def read_files(paths: PathLike | Iterable[PathLike]) -> list[tuple[str, int, dict[str, Any]]]:
+def read_files(
+    paths: PathLike | Iterable[PathLike] | None,
+    *,
+    key: str | None = None,
+    bad_rows: BadRows | None = None,
+) -> list[tuple[str, int, dict[str, Any]]]:
     """Read several files and keep where each row came from, as ``(path, row_index, row)``.
 
-    The provenance is what lets later validation errors say "train.parquet row 1234".
+    The provenance is what lets later validation errors say "train.parquet row 1234". ``key`` is the
+    config key the paths came from (``data.train_files``), named in file-level errors; ``bad_rows``
+    decides about unparsable JSON lines (default: fail). A missing or unreadable file always fails.
     """
     out: list[tuple[str, int, dict[str, Any]]] = []
-    for path in as_path_list(paths):
-        out.extend((path, i, row) for i, row in enumerate(read_rows(path)))
+    for path in as_path_list(paths, key):
+        out.extend((path, i, row) for i, row in _read_indexed(path, key, bad_rows))
     return out
 
 

@@ -1,7 +1,8 @@
 """Prompt dataset for RL rollouts, and the collate function that turns prompts into a left-padded batch.
 
 All rows are read, templated and tokenised at construction time, so a bad row or an overlong
-prompt fails the run before any model is loaded, with the file and row to fix.
+prompt fails the run before any model is loaded, with the file and row to fix (or, with
+``data.bad_rows=skip``, is logged, dropped and counted in :attr:`RLDataset.num_skipped_rows`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from verl.data.io import DatasetError, PathLike, as_path_list, read_files
+from verl.data.io import BadRows, DatasetError, PathLike, as_path_list, check_required, read_files
 
 if TYPE_CHECKING:
     from verl.protocol import DataProto
@@ -51,6 +52,15 @@ def normalize_messages(prompt: Any, where: str, field: str = "prompt") -> Messag
     return messages
 
 
+def require_chat_template(tokenizer: Any) -> None:
+    """Prompts are chat messages: a tokenizer without a chat template cannot render any of them."""
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise DatasetError(
+            "the tokenizer has no chat template; prompts are chat messages, so use an instruct/chat "
+            "model or set tokenizer.chat_template"
+        )
+
+
 def render_prompt(
     tokenizer: Any, messages: Messages, chat_template_kwargs: dict[str, Any] | None = None
 ) -> list[int]:
@@ -59,11 +69,7 @@ def render_prompt(
     Rendered to text first and encoded without special tokens, because the template already holds
     every special token (BOS included); letting the tokenizer add its own would double them.
     """
-    if getattr(tokenizer, "chat_template", None) is None:
-        raise DatasetError(
-            "the tokenizer has no chat template; prompts are chat messages, so use an instruct/chat "
-            "model or set tokenizer.chat_template"
-        )
+    require_chat_template(tokenizer)
     text = tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, tokenize=False, **(chat_template_kwargs or {})
     )
@@ -90,6 +96,13 @@ class RLDataset(torch.utils.data.Dataset):
     Items carry ``input_ids`` (1-D LongTensor, unpadded), ``raw_prompt`` (the messages), ``index``
     (position in this dataset, unique across files) and every other row field unchanged
     (``data_source``, ``reward_model``, ``extra_info``, ``ability``, ...), which the reward manager needs.
+
+    ``bad_rows`` (``data.bad_rows``) decides about malformed rows (unparsable JSON lines, a missing or
+    wrong-typed prompt, a missing ``required_fields`` entry such as ``"reward_model.ground_truth"``):
+    ``fail`` raises naming file and row, ``skip`` logs each one and counts it in
+    :attr:`num_skipped_rows`. Overlong prompts are not bad rows: ``truncation`` and
+    ``filter_overlong_prompts`` decide about them. ``files_key`` is the config key the files came from,
+    named in file-level errors.
     """
 
     def __init__(
@@ -102,20 +115,27 @@ class RLDataset(torch.utils.data.Dataset):
         filter_overlong_prompts: bool = False,
         max_samples: int = -1,
         chat_template_kwargs: dict[str, Any] | None = None,
+        bad_rows: str = "fail",
+        required_fields: Sequence[str] = (),
+        files_key: str | None = None,
     ) -> None:
         if truncation not in TRUNCATION_MODES:
             raise ValueError(f"data.truncation={truncation!r} is not one of {TRUNCATION_MODES}")
         if max_prompt_length <= 0:
             raise ValueError(f"data.max_prompt_length must be positive, got {max_prompt_length}")
-        self.files = as_path_list(files)
+        self._bad_rows = BadRows(bad_rows)
+        require_chat_template(tokenizer)  # a tokenizer problem, not a bad row: never skipped
+        self.files = as_path_list(files, files_key)
+        self.files_key = files_key
         self.tokenizer = tokenizer
         self.prompt_key = prompt_key
         self.max_prompt_length = max_prompt_length
         self.truncation = truncation
         self.filter_overlong_prompts = filter_overlong_prompts
+        self.required_fields = tuple(required_fields)
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
 
-        records = read_files(self.files)
+        records = read_files(self.files, key=files_key, bad_rows=self._bad_rows)
         if max_samples is not None and max_samples >= 0:
             records = records[:max_samples]
         self.rows: list[dict[str, Any]] = []
@@ -124,17 +144,11 @@ class RLDataset(torch.utils.data.Dataset):
         n_filtered = n_truncated = 0
         for path, row_idx, row in records:
             where = f"{path} row {row_idx}"
-            if prompt_key not in row or row[prompt_key] is None:
-                raise DatasetError(
-                    f"{where}: missing field {prompt_key!r} (data.prompt_key); row has {sorted(row)}"
-                )
-            messages = normalize_messages(row[prompt_key], where, prompt_key)
             try:
-                ids = render_prompt(tokenizer, messages, self.chat_template_kwargs)
-            except DatasetError:
-                raise
-            except Exception as exc:  # jinja errors from odd messages
-                raise DatasetError(f"{where}: chat template failed on field {prompt_key!r}: {exc}") from exc
+                messages, ids = self._parse_row(row, where)
+            except DatasetError as exc:
+                self._bad_rows.handle(exc)
+                continue
             if len(ids) > max_prompt_length:
                 if filter_overlong_prompts:
                     n_filtered += 1
@@ -152,24 +166,68 @@ class RLDataset(torch.utils.data.Dataset):
             self.rows.append(row)
             self.prompt_ids.append(ids)
             self.sources.append((path, row_idx))
+        self._log_summary(len(records), n_filtered, n_truncated)
+        if not self.rows:
+            raise DatasetError(self._empty_message(n_filtered))
+
+    @property
+    def num_skipped_rows(self) -> int:
+        """Malformed rows dropped under ``data.bad_rows=skip`` (the trainer's ``data/skipped_rows``)."""
+        return self._bad_rows.count
+
+    @property
+    def skipped_rows(self) -> list[str]:
+        """One message (file, row, reason) per skipped row."""
+        return list(self._bad_rows.skipped)
+
+    def _parse_row(self, row: dict[str, Any], where: str) -> tuple[Messages, list[int]]:
+        """Validate one row and tokenise its prompt; every problem is a DatasetError naming ``where``."""
+        prompt_key = self.prompt_key
+        if prompt_key not in row or row[prompt_key] is None:
+            raise DatasetError(
+                f"{where}: missing field {prompt_key!r} (data.prompt_key); row has {sorted(row)}"
+            )
+        check_required(row, self.required_fields, where)
+        messages = normalize_messages(row[prompt_key], where, prompt_key)
+        try:
+            ids = render_prompt(self.tokenizer, messages, self.chat_template_kwargs)
+        except DatasetError:
+            raise
+        except Exception as exc:  # jinja errors from odd messages
+            raise DatasetError(f"{where}: chat template failed on field {prompt_key!r}: {exc}") from exc
+        return messages, ids
+
+    def _log_summary(self, n_records: int, n_filtered: int, n_truncated: int) -> None:
+        limit = self.max_prompt_length
         if n_filtered:
             logger.warning(
                 "filtered %d of %d prompts longer than data.max_prompt_length=%d",
                 n_filtered,
-                len(records),
-                max_prompt_length,
+                n_records,
+                limit,
             )
         if n_truncated:
             logger.warning(
                 "truncated (%s) %d of %d prompts to data.max_prompt_length=%d",
-                truncation,
+                self.truncation,
                 n_truncated,
-                len(records),
-                max_prompt_length,
+                n_records,
+                limit,
             )
-        if not self.rows:
-            reason = " (all prompts were filtered as overlong)" if n_filtered else ""
-            raise DatasetError(f"empty dataset{reason}: no usable rows in {', '.join(self.files)}")
+        if self.num_skipped_rows:
+            logger.warning(
+                "skipped %d bad rows (data.bad_rows=skip) in %s", self.num_skipped_rows, ", ".join(self.files)
+            )
+
+    def _empty_message(self, n_filtered: int) -> str:
+        reasons = []
+        if n_filtered:
+            reasons.append(f"{n_filtered} filtered as longer than data.max_prompt_length")
+        if self.num_skipped_rows:
+            reasons.append(f"{self.num_skipped_rows} skipped as bad rows (data.bad_rows=skip)")
+        reason = f" ({'; '.join(reasons)})" if reasons else ""
+        key = f" ({self.files_key})" if self.files_key else ""
+        return f"empty dataset{reason}: no usable rows in {', '.join(self.files)}{key}"
 
     def __len__(self) -> int:
         return len(self.rows)

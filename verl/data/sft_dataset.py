@@ -13,31 +13,20 @@ from typing import Any
 
 import torch
 
-from verl.data.io import DatasetError, PathLike, as_path_list, read_files
-from verl.data.rl_dataset import normalize_messages, render_prompt
+from verl.data.io import MISSING, BadRows, DatasetError, PathLike, as_path_list, get_dotted, read_files
+from verl.data.rl_dataset import normalize_messages, render_prompt, require_chat_template
 
 logger = logging.getLogger(__name__)
 
 SFT_TRUNCATION_MODES = ("error", "left", "right")
-
-_MISSING = object()
-
-
-def get_dotted(row: dict[str, Any], dotted: str) -> Any:
-    """``get_dotted(row, "reward_model.ground_truth")`` -> ``row["reward_model"]["ground_truth"]``, or a sentinel."""
-    value: Any = row
-    for part in dotted.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return _MISSING
-        value = value[part]
-    return value
 
 
 class SFTDataset(torch.utils.data.Dataset):
     """Items: ``input_ids`` = prompt + response + eos, ``loss_mask`` 1 exactly on response tokens and eos.
 
     ``loss_mask[t] == 1`` means token ``t`` is a training target (predicted from the logits at
-    ``t - 1``); the trainer does the shift.
+    ``t - 1``); the trainer does the shift. ``bad_rows`` works as in :class:`RLDataset` (``fail`` or
+    ``skip``, with the count in :attr:`num_skipped_rows`).
     """
 
     def __init__(
@@ -50,6 +39,7 @@ class SFTDataset(torch.utils.data.Dataset):
         truncation: str = "error",
         max_samples: int = -1,
         chat_template_kwargs: dict[str, Any] | None = None,
+        bad_rows: str = "fail",
     ) -> None:
         if truncation not in SFT_TRUNCATION_MODES:
             raise ValueError(f"data.truncation={truncation!r} is not one of {SFT_TRUNCATION_MODES}")
@@ -58,11 +48,16 @@ class SFTDataset(torch.utils.data.Dataset):
         eos = tokenizer.eos_token_id
         if eos is None:
             raise DatasetError("the tokenizer has no eos token; SFT needs one to teach the model to stop")
+        self._bad_rows = BadRows(bad_rows)
+        require_chat_template(tokenizer)  # a tokenizer problem, not a bad row: never skipped
         self.files = as_path_list(files)
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.truncation = truncation
-        records = read_files(self.files)
+        self.prompt_key = prompt_key
+        self.response_key = response_key
+        self.chat_template_kwargs = chat_template_kwargs
+        records = read_files(self.files, bad_rows=self._bad_rows)
         if max_samples is not None and max_samples >= 0:
             records = records[:max_samples]
         self.input_ids: list[list[int]] = []
@@ -70,21 +65,11 @@ class SFTDataset(torch.utils.data.Dataset):
         n_truncated = n_no_target = 0
         for path, row_idx, row in records:
             where = f"{path} row {row_idx}"
-            prompt = row.get(prompt_key)
-            if prompt is None:
-                raise DatasetError(
-                    f"{where}: missing field {prompt_key!r} (data.prompt_key); row has {sorted(row)}"
-                )
-            response = get_dotted(row, response_key)
-            if response is _MISSING or response is None:
-                raise DatasetError(f"{where}: missing field {response_key!r} (data.response_key)")
-            if isinstance(response, (dict, list)):
-                raise DatasetError(
-                    f"{where}: field {response_key!r} must be a string or number, got {type(response).__name__}"
-                )
-            messages = normalize_messages(prompt, where, prompt_key)
-            prompt_ids = render_prompt(tokenizer, messages, chat_template_kwargs)
-            response_ids = list(tokenizer.encode(str(response), add_special_tokens=False)) + [eos]
+            try:
+                prompt_ids, response_ids = self._parse_row(row, where)
+            except DatasetError as exc:
+                self._bad_rows.handle(exc)
+                continue
             ids = prompt_ids + response_ids
             mask = [0] * len(prompt_ids) + [1] * len(response_ids)
             if len(ids) > max_length:
@@ -111,8 +96,35 @@ class SFTDataset(torch.utils.data.Dataset):
                 max_length,
                 f"; {n_no_target} have no response tokens left and contribute no loss" if n_no_target else "",
             )
+        if self.num_skipped_rows:
+            logger.warning("skipped %d bad SFT rows (bad_rows=skip)", self.num_skipped_rows)
         if not self.input_ids:
-            raise DatasetError(f"empty dataset: no rows in {', '.join(self.files)}")
+            skipped = f" ({self.num_skipped_rows} skipped as bad rows)" if self.num_skipped_rows else ""
+            raise DatasetError(f"empty dataset{skipped}: no rows in {', '.join(self.files)}")
+
+    @property
+    def num_skipped_rows(self) -> int:
+        """Malformed rows dropped under ``bad_rows=skip``."""
+        return self._bad_rows.count
+
+    def _parse_row(self, row: dict[str, Any], where: str) -> tuple[list[int], list[int]]:
+        """Prompt ids and response ids (+ eos) of one row; every problem is a DatasetError naming ``where``."""
+        prompt = row.get(self.prompt_key)
+        if prompt is None:
+            raise DatasetError(
+                f"{where}: missing field {self.prompt_key!r} (data.prompt_key); row has {sorted(row)}"
+            )
+        response = get_dotted(row, self.response_key)
+        if response is MISSING or response is None:
+            raise DatasetError(f"{where}: missing field {self.response_key!r} (data.response_key)")
+        if isinstance(response, (dict, list)):
+            raise DatasetError(
+                f"{where}: field {self.response_key!r} must be a string or number, got {type(response).__name__}"
+            )
+        messages = normalize_messages(prompt, where, self.prompt_key)
+        prompt_ids = render_prompt(self.tokenizer, messages, self.chat_template_kwargs)
+        eos = self.tokenizer.eos_token_id
+        return prompt_ids, list(self.tokenizer.encode(str(response), add_special_tokens=False)) + [eos]
 
     def __len__(self) -> int:
         return len(self.input_ids)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
+
+logger = logging.getLogger(__name__)
 
 DTYPES = {
     "float32": torch.float32,
@@ -44,11 +47,32 @@ def load_tokenizer(path: str | Path, trust_remote_code: bool = False) -> PreTrai
     tokenizer = AutoTokenizer.from_pretrained(
         str(Path(path).expanduser()), trust_remote_code=trust_remote_code
     )
-    if tokenizer.pad_token_id is None:
-        # Many base models ship without a pad token; EOS is the conventional stand-in.
-        tokenizer.pad_token = tokenizer.eos_token
+    ensure_pad_token(tokenizer, str(path))
     tokenizer.padding_side = "left"
     return tokenizer
+
+
+def ensure_pad_token(tokenizer: PreTrainedTokenizerBase, where: str = "the tokenizer") -> None:
+    """Give a tokenizer without a pad token its EOS token as pad (logged), or fail when it has neither.
+
+    Many base models ship without a pad token and EOS is the conventional stand-in: padding is masked
+    out by the attention mask, so which id fills it does not matter. A new token would need a resized
+    embedding, which is not this function's call to make.
+    """
+    if tokenizer.pad_token_id is not None:
+        return
+    if tokenizer.eos_token is None:
+        raise ValueError(
+            f"{where}: the tokenizer has neither a pad nor an eos token, so batches cannot be padded; "
+            "use a tokenizer that defines one (actor_rollout_ref.model.tokenizer_path)"
+        )
+    logger.warning(
+        "%s: the tokenizer has no pad token; using its eos token %r (id %s) as pad",
+        where,
+        tokenizer.eos_token,
+        tokenizer.eos_token_id,
+    )
+    tokenizer.pad_token = tokenizer.eos_token
 
 
 def load_hf_model(

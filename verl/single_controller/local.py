@@ -12,6 +12,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import torch
+
 from verl.single_controller.base import WorkerGroup
 from verl.single_controller.errors import WorkerError, describe_error
 from verl.single_controller.worker import worker_placement
@@ -76,7 +78,7 @@ class LocalWorkerGroup(WorkerGroup):
                 outputs[rank] = getattr(self.workers[rank], method)(*args, **kwargs)
             except WorkerError:
                 raise
-            except MemoryError as error:
+            except (MemoryError, torch.OutOfMemoryError) as error:
                 raise WorkerError(
                     self.name, rank, method, describe_error(error), "oom", os.getpid()
                 ) from error

@@ -411,7 +411,7 @@ def _classify(error: BaseException) -> tuple[str, str, BaseException]:
         # traceback; chain that one when it has the original's type, else the original itself.
         original = error.cause if isinstance(error.cause, BaseException) else error
         chained = error if isinstance(error, type(original)) else original
-        kind = "oom" if isinstance(original, MemoryError) else "exception"
+        kind = "oom" if _is_oom(original) else "exception"
         return kind, describe_error(original), chained
     if isinstance(error, _OOM):
         return "oom", describe_error(error), error
@@ -435,3 +435,9 @@ def _death_cause(error: BaseException) -> str:
 def _mentions_oom(cause: str) -> bool:
     lowered = cause.lower()
     return "out of memory" in lowered or "outofmemory" in lowered or "low on memory" in lowered
+
+
+def _is_oom(error: BaseException) -> bool:
+    """MemoryError, or torch's (CUDA) OutOfMemoryError when torch is loaded in this process."""
+    torch = sys.modules.get("torch")
+    return isinstance(error, MemoryError) or (torch is not None and isinstance(error, torch.OutOfMemoryError))

@@ -32,10 +32,12 @@ from verl.models import load_tokenizer
 from verl.protocol import DataProto
 from verl.single_controller.flow import Controller, DataChannel, Role, StepOutputs
 from verl.trainer.advantage import apply_kl_penalty, compute_advantage
+from verl.trainer.checkpointing import Checkpointer, drop_metrics_after
 from verl.trainer.metrics import compute_data_metrics, compute_throughput_metrics, compute_validation_metrics
 from verl.utils.seeding import configure_torch_threads, set_seed
 from verl.utils.timing import marked_timer
 from verl.utils.tracking import Tracking
+from verl.workers.reward import REWARD_ERROR_KEY
 from verl.workers.roles import ActorRolloutRefWorker, CriticWorker, RewardWorker
 
 logger = logging.getLogger(__name__)
@@ -86,6 +88,9 @@ class RLTrainer(Controller):
             get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
         )
         self.global_steps = 0
+        self._builtin_reward = (
+            reward_fn is None and compute_score is None and not config.custom_reward_function.path
+        )
         self._build_datasets()
         self._register_roles(
             dict(reward_fn=reward_fn, val_reward_fn=val_reward_fn, compute_score=compute_score)
@@ -106,10 +111,21 @@ class RLTrainer(Controller):
             truncation=data.truncation,
             filter_overlong_prompts=data.filter_overlong_prompts,
         )
-        self.train_dataset = RLDataset(data.train_files, max_samples=data.train_max_samples, **dataset_kwargs)
+        dataset_kwargs["bad_rows"] = data.bad_rows
+        if self._builtin_reward:
+            # The built-in reward managers read these; a missing one is a bad row, found at load time.
+            dataset_kwargs["required_fields"] = (data.reward_fn_key, "reward_model.ground_truth")
+        self.train_dataset = RLDataset(
+            data.train_files,
+            max_samples=data.train_max_samples,
+            files_key="data.train_files",
+            **dataset_kwargs,
+        )
         self.val_dataset = None
         if data.val_files:
-            self.val_dataset = RLDataset(data.val_files, max_samples=data.val_max_samples, **dataset_kwargs)
+            self.val_dataset = RLDataset(
+                data.val_files, max_samples=data.val_max_samples, files_key="data.val_files", **dataset_kwargs
+            )
         seed = data.seed if data.seed is not None else cfg.trainer.seed
         self.sampler = EpochSampler(
             len(self.train_dataset), data.train_batch_size, shuffle=data.shuffle, seed=seed
@@ -356,6 +372,9 @@ class RLTrainer(Controller):
         metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
         metrics.update(compute_throughput_metrics(batch, timing["step"], n_devices=self.sizes.dp_size))
         metrics.update({f"worker/restarts/{role}": float(n) for role, n in self.restarts.items()})
+        metrics["data/skipped_rows"] = float(self.train_dataset.num_skipped_rows)
+        errors = batch.non_tensor_batch.get(REWARD_ERROR_KEY)
+        metrics["reward/errors"] = float(np.sum(errors)) if errors is not None else 0.0
         metrics["training/global_step"] = self.global_steps
         return metrics
 
@@ -370,8 +389,13 @@ class RLTrainer(Controller):
     # ------------------------------------------------------------------ the loop
 
     def fit(self) -> dict[str, Any]:
-        """Train for ``total_training_steps``; returns the validation metrics before and after."""
+        """Train for ``total_training_steps`` (resuming per ``trainer.resume_mode``); returns the
+        validation metrics before and after."""
         cfg = self.config.trainer
+        self.checkpointer = Checkpointer(self)
+        start_step = self.checkpointer.resume()
+        if start_step:
+            drop_metrics_after(Path(cfg.default_local_dir).expanduser() / "metrics.jsonl", start_step)
         tracking = Tracking(
             list(cfg.logger),
             cfg.default_local_dir,
@@ -393,13 +417,16 @@ class RLTrainer(Controller):
             "val_after": {},
             "metrics_path": str(tracking.metrics_path),
         }
+        if start_step:
+            tracking.write(f"resumed after step {start_step}")
         try:
-            if cfg.val_before_train and self.val_dataset is not None:
+            if cfg.val_before_train and self.val_dataset is not None and not start_step:
                 summary["val_before"] = self.validate()
                 tracking.log(summary["val_before"], step=0)
                 if cfg.val_only:
                     return summary
-            summary.update(self._train_loop(tracking))
+            summary.update(self._train_loop(tracking, start_step))
+            self.checkpointer.wait()
         finally:
             tracking.close()
             if self.recorder is not None:
@@ -408,13 +435,13 @@ class RLTrainer(Controller):
                 )
         return summary
 
-    def _train_loop(self, tracking: Tracking) -> dict[str, Any]:
+    def _train_loop(self, tracking: Tracking, start_step: int = 0) -> dict[str, Any]:
         cfg = self.config.trainer
         batches = iterate_batches(self.train_dataset, self.sampler, self._collate, num_epochs=None)
         start = time.perf_counter()
         metrics: dict[str, float] = {}
         val_metrics: dict[str, float] = {}
-        for step in range(1, self.total_training_steps + 1):
+        for step in range(start_step + 1, self.total_training_steps + 1):
             self.global_steps = step
             metrics = self.train_step(next(batches), batches)
             is_last = step == self.total_training_steps
@@ -427,7 +454,7 @@ class RLTrainer(Controller):
                 metrics["timing_s/testing"] = timing["testing"]
             if cfg.save_freq > 0 and (step % cfg.save_freq == 0 or is_last):
                 with marked_timer("save_checkpoint", timing := {}):
-                    self.save_hf(step)
+                    self.checkpointer.save(step)
                 metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
             if (
                 cfg.on_worker_failure == "restart"
@@ -451,20 +478,6 @@ class RLTrainer(Controller):
     def trace_path(self) -> str:
         path = self.config.trainer.trace_path
         return str(Path(path or Path(self.config.trainer.default_local_dir) / "trace.html").expanduser())
-
-    def save_hf(self, step: int) -> Path:
-        """Save the policy as a HuggingFace directory: ``<default_local_dir>/global_step_<N>/actor/huggingface``.
-
-        Weights only: optimizer, scheduler, sampler and RNG state (for an exact resume) are not saved yet.
-        """
-        path = (
-            Path(self.config.trainer.default_local_dir).expanduser()
-            / f"global_step_{step}"
-            / "actor"
-            / "huggingface"
-        )
-        self.group("actor_rollout").save_hf(str(path))
-        return path
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:

@@ -23,7 +23,7 @@ from verl.workers.engine.distributed import (
     gradient_sync,
     local_mini_batch_size,
 )
-from verl.workers.engine.optim import clip_and_step
+from verl.workers.engine.optim import clip_and_step, record_optimizer_step, summarize_metrics
 from verl.workers.engine.trained import TrainedModel
 
 
@@ -154,16 +154,14 @@ class Actor(TrainedModel):
             # DDP reduced the gradients during backward: norm, clipping and the non-finite skip see the
             # same gradients, and so decide the same, on every rank.
             grad_norm, stepped = clip_and_step(self.model, self.optimizer, cfg.grad_clip)
-            if not stepped:
-                metrics["actor/skipped_steps"].append(1.0)
-            metrics["actor/grad_norm"].append(grad_norm)
+            record_optimizer_step(metrics, "actor", grad_norm, stepped)
         if cfg.use_kl_loss:
             metrics["actor/kl_coef"].append(cfg.kl_loss_coef)
         metrics["actor/clip_ratio"].append(cfg.clip_ratio * clip_scale)
         if self.lr_scheduler is not None:
             metrics["actor/lr"].append(self.lr_scheduler.get_last_lr()[0])
             self.lr_scheduler.step()
-        return {k: float(sum(v) / len(v)) for k, v in metrics.items()}
+        return summarize_metrics(metrics)
 
     def _micro_step(
         self, micro: DataProto, loss_cfg: Any, temperature: float, use_entropy: bool, metrics

@@ -19,7 +19,7 @@ from verl.workers.engine.distributed import (
     gradient_sync,
     local_mini_batch_size,
 )
-from verl.workers.engine.optim import clip_and_step
+from verl.workers.engine.optim import clip_and_step, record_optimizer_step, summarize_metrics
 from verl.workers.engine.trained import TrainedModel
 
 
@@ -99,13 +99,11 @@ class Critic(TrainedModel):
             for key, value in all_reduce_sum(totals).items():
                 metrics[key].append(value)
             grad_norm, stepped = clip_and_step(self.model, self.optimizer, cfg.grad_clip)
-            if not stepped:
-                metrics["critic/skipped_steps"].append(1.0)
-            metrics["critic/grad_norm"].append(grad_norm)
+            record_optimizer_step(metrics, "critic", grad_norm, stepped)
         if self.lr_scheduler is not None:
             metrics["critic/lr"].append(self.lr_scheduler.get_last_lr()[0])
             self.lr_scheduler.step()
-        return {k: float(sum(v) / len(v)) for k, v in metrics.items()}
+        return summarize_metrics(metrics)
 
     def _micro_step(self, micro: DataProto, agg: dict[str, float], totals: dict[str, float]) -> None:
         """Forward + backward one micro-batch; adds its share of each mini-batch metric into ``totals``."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,15 @@ from verl.workers.actor import Actor
 from verl.workers.critic import Critic
 from verl.workers.engine.distributed import init_distributed
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
+from verl.workers.errors import (
+    ACTOR_UPDATE_KNOBS,
+    CRITIC_UPDATE_KNOBS,
+    GENERATE_KNOBS,
+    LOG_PROB_KNOBS,
+    REF_LOG_PROB_KNOBS,
+    VALUES_KNOBS,
+    explain_oom,
+)
 from verl.workers.rollout import SamplingParams, get_rollout_class
 
 
@@ -67,6 +77,15 @@ def on_device(method: Callable[..., Any]) -> Callable[..., Any]:
         return result.to("cpu") if isinstance(result, DataProto) else result
 
     return run
+
+
+def save_hf_metadata(module: torch.nn.Module, tokenizer: Any, path: Path) -> None:
+    """What a HuggingFace model directory holds besides the weights: config, generation config, tokenizer."""
+    module.config.save_pretrained(path)
+    if getattr(module, "generation_config", None) is not None:
+        module.generation_config.save_pretrained(path)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(path)
 
 
 def setup_process(config: Any, rank: int) -> torch.device:
@@ -125,6 +144,7 @@ class ActorRolloutRefWorker(Worker):
         return SamplingParams.from_config(section, self.config.data.max_response_length)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @explain_oom(*GENERATE_KNOBS)
     @on_device
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Sample responses; ``meta_info["validate"]`` switches to the greedy validation settings.
@@ -143,6 +163,7 @@ class ActorRolloutRefWorker(Worker):
         return output
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @explain_oom(*LOG_PROB_KNOBS)
     @on_device
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """``old_log_probs`` (and ``entropys``) of the responses under the current policy."""
@@ -153,6 +174,7 @@ class ActorRolloutRefWorker(Worker):
         return DataProto.from_dict(tensors={"old_log_probs": log_probs, "entropys": entropy})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @explain_oom(*REF_LOG_PROB_KNOBS)
     @on_device
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         if self.ref_module is None:
@@ -168,6 +190,7 @@ class ActorRolloutRefWorker(Worker):
         return DataProto.from_dict(tensors={"ref_log_prob": log_probs})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @explain_oom(*ACTOR_UPDATE_KNOBS)
     @on_device
     def update_actor(self, data: DataProto) -> DataProto:
         sizes = data.meta_info["sizes"]
@@ -186,6 +209,18 @@ class ActorRolloutRefWorker(Worker):
         if self.rank == 0:
             self.module.save_pretrained(path)
             self.tokenizer.save_pretrained(path)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, path: str, background: bool = False) -> None:
+        """This rank's part of a checkpoint (see verl.utils.checkpoint), plus, from rank 0, the HF
+        config and tokenizer that ``verl export`` turns it into a model directory with."""
+        if self.rank == 0:
+            save_hf_metadata(self.module, self.tokenizer, Path(path) / "huggingface")
+        self._save_thread = self.actor.save_checkpoint(path, self.rank, background)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, path: str) -> None:
+        self.actor.load_checkpoint(path, self.rank)
 
     def get_state(self) -> dict[str, Any]:
         """Weights, optimizer and LR schedule: what a restarted worker needs to carry on training."""
@@ -216,12 +251,14 @@ class CriticWorker(Worker):
         self.critic = Critic(self.module, critic_cfg, optimizer, lr_scheduler, seed=config.trainer.seed)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @explain_oom(*VALUES_KNOBS)
     @on_device
     def compute_values(self, data: DataProto) -> DataProto:
         values = self.critic.compute_values(data, self.config.critic.forward_micro_batch_size_per_gpu)
         return DataProto.from_dict(tensors={"values": values})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @explain_oom(*CRITIC_UPDATE_KNOBS)
     @on_device
     def update_critic(self, data: DataProto) -> DataProto:
         sizes = data.meta_info["sizes"]
@@ -232,6 +269,16 @@ class CriticWorker(Worker):
             epochs=sizes.critic_ppo_epochs,
         )
         return DataProto(meta_info={"metrics": metrics})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, path: str, background: bool = False) -> None:
+        if self.rank == 0:
+            save_hf_metadata(self.module, None, Path(path) / "huggingface")
+        self._save_thread = self.critic.save_checkpoint(path, self.rank, background)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, path: str) -> None:
+        self.critic.load_checkpoint(path, self.rank)
 
     def get_state(self) -> dict[str, Any]:
         return self.critic.training_state()

@@ -33,6 +33,24 @@ def clip_and_step(
     return grad_norm, False
 
 
+def record_optimizer_step(
+    metrics: dict[str, list[float]], prefix: str, grad_norm: float, stepped: bool
+) -> None:
+    """Log one optimizer step: ``<prefix>/skipped_steps`` counts skipped ones (summed by
+    :func:`summarize_metrics`), ``<prefix>/grad_norm`` averages the finite norms only (a skipped step's
+    NaN would poison the mean)."""
+    metrics[f"{prefix}/skipped_steps"].append(0.0 if stepped else 1.0)
+    if math.isfinite(grad_norm):
+        metrics[f"{prefix}/grad_norm"].append(grad_norm)
+
+
+def summarize_metrics(metrics: dict[str, list[float]]) -> dict[str, float]:
+    """One value per metric over the mini-batches of an update: the mean, except counts, which add up."""
+    return {
+        k: float(sum(v) if k.endswith("skipped_steps") else sum(v) / len(v)) for k, v in metrics.items() if v
+    }
+
+
 def num_warmup_steps(optim: Any, total_steps: int) -> int:
     """``lr_warmup_steps`` when set (>= 0), otherwise ``lr_warmup_steps_ratio`` of the total, as in verl."""
     steps = getattr(optim, "lr_warmup_steps", -1)

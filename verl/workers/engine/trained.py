@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import copy
+import threading
+from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_model, save_model
 
+from verl.utils.checkpoint import atomic_torch_save, rng_state, set_rng_state
 from verl.workers.engine.distributed import unwrap, wrap_ddp
 
 
@@ -56,3 +60,57 @@ class TrainedModel:
         self.module.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+
+    # ------------------------------------------------------------------ checkpoints on disk
+
+    def save_checkpoint(
+        self, path: str | Path, rank: int, background: bool = False
+    ) -> threading.Thread | None:
+        """Write this rank's part of a checkpoint into ``path``: weights, optimizer and LR schedule from
+        rank 0 (they are the same on every rank), the RNG states and shuffle generator from each rank.
+        A ``done_rank<r>`` file is written last, so a reader knows the part is complete.
+
+        ``background=True`` copies the state now and writes it in a thread (returned), so training can
+        go on while the files are written.
+        """
+        path = Path(path)
+        state = {"rng": rng_state(), "generator": self.generator.get_state()}
+        if rank == 0:
+            state["model"] = self.module  # safetensors' save_model handles tied weights
+            state["optim"] = {
+                "optimizer": self.optimizer.state_dict(),
+                "lr_scheduler": self.lr_scheduler.state_dict(),
+            }
+        if background:
+            state = copy.deepcopy(state)
+            thread = threading.Thread(
+                target=_write_part, args=(path, rank, state), name="verl-save", daemon=True
+            )
+            thread.start()
+            return thread
+        _write_part(path, rank, state)
+        return None
+
+    def load_checkpoint(self, path: str | Path, rank: int) -> None:
+        """Restore what :meth:`save_checkpoint` wrote; a rank with no RNG file of its own (the run had
+        fewer ranks) takes rank 0's."""
+        path = Path(path)
+        load_model(self.module, str(path / "model.safetensors"))
+        optim = torch.load(path / "optim.pt", weights_only=False)
+        self.optimizer.load_state_dict(optim["optimizer"])
+        self.lr_scheduler.load_state_dict(optim["lr_scheduler"])
+        rng_file = path / f"rng_rank{rank}.pt"
+        rng = torch.load(rng_file if rng_file.exists() else path / "rng_rank0.pt", weights_only=False)
+        set_rng_state(rng["rng"])
+        self.generator.set_state(rng["generator"])
+
+
+def _write_part(path: Path, rank: int, state: dict[str, Any]) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    if "model" in state:
+        tmp = path / ".model.safetensors.tmp"
+        save_model(state["model"], str(tmp))
+        tmp.replace(path / "model.safetensors")
+        atomic_torch_save(state["optim"], path / "optim.pt")
+    atomic_torch_save({"rng": state["rng"], "generator": state["generator"]}, path / f"rng_rank{rank}.pt")
+    (path / f"done_rank{rank}").write_text("")

@@ -1,9 +1,13 @@
 """Rule-based rewards: scorers, the data_source dispatch, and reward managers."""
 
 from verl.workers.reward import dapo  # noqa: F401  (registers "dapo")
+from verl.workers.reward.batch import BatchRewardManager, score_batch
 from verl.workers.reward.manager import (
+    ERROR_POLICIES,
+    REWARD_ERROR_KEY,
     REWARD_MANAGERS,
     NaiveRewardManager,
+    RewardBatchError,
     RewardFunctionError,
     RewardSample,
     ScoreResult,
@@ -15,11 +19,17 @@ from verl.workers.reward.manager import (
     score_samples,
 )
 from verl.workers.reward.scorers import SCORERS, default_compute_score, register_scorer
+from verl.workers.reward.timeout import CallTimeout, TimeLimit, TimeLimitExhausted
 
 __all__ = [
+    "ERROR_POLICIES",
+    "REWARD_ERROR_KEY",
     "REWARD_MANAGERS",
     "SCORERS",
+    "BatchRewardManager",
+    "CallTimeout",
     "NaiveRewardManager",
+    "RewardBatchError",
     "RewardFunctionError",
     "RewardSample",
     "ScoreResult",
@@ -30,5 +40,8 @@ __all__ = [
     "load_reward_manager",
     "register_reward_manager",
     "register_scorer",
+    "score_batch",
     "score_samples",
+    "TimeLimit",
+    "TimeLimitExhausted",
 ]

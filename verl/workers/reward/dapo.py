@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from verl.workers.reward.manager import NaiveRewardManager, register_reward_manager
+from verl.workers.reward.manager import NaiveRewardManager, error_handling_kwargs, register_reward_manager
 
 
 def overlong_penalty(
@@ -46,7 +46,7 @@ class DAPORewardManager(NaiveRewardManager):
             compute_score=compute_score,
             max_resp_len=config.data.max_response_length,
             overlong_buffer=config.reward_model.overlong_buffer,
-            **kwargs,
+            **{**error_handling_kwargs(config), **kwargs},
         )
 
     def __call__(self, data: Any, return_dict: bool = False) -> torch.Tensor | dict[str, Any]:

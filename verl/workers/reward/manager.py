@@ -3,12 +3,18 @@
 A reward manager decodes each response, looks up its ground truth and data source, calls a scoring
 function and writes the scalar score at the response's last valid token (the "outcome reward"
 convention that the advantage estimators expect).
+
+A scoring function that raises, hangs past ``reward_model.timeout_s`` or returns NaN / inf / a
+non-number is a :class:`RewardFunctionError` naming the sample. ``reward_model.error_policy`` decides:
+``fail`` raises it, ``zero`` logs it, scores the sample 0 and flags it in the ``reward_error`` extra
+field (one bool per sample; the trainer sums it into ``reward/errors``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
 import math
 import numbers
 import os
@@ -23,10 +29,22 @@ import torch
 
 from verl.utils.registry import Registry
 from verl.workers.reward.scorers import default_compute_score
+from verl.workers.reward.timeout import CallTimeout, TimeLimit, TimeLimitExhausted
+
+logger = logging.getLogger(__name__)
 
 ComputeScoreFn = Callable[..., Any]
 
 _RESPONSE_PREVIEW_CHARS = 200
+
+ERROR_POLICIES = ("fail", "zero")
+"""``reward_model.error_policy``: what a failed sample scores (see the module docstring)."""
+
+REWARD_ERROR_KEY = "reward_error"
+"""The per-sample extra field (bool) flagging samples scored 0 after an error (error_policy=zero)."""
+
+_MAX_REPORTED_ERRORS = 5
+"""Failed samples logged one by one per batch; the rest are counted in one summary line."""
 
 
 class RewardFunctionError(RuntimeError):
@@ -37,6 +55,7 @@ class RewardFunctionError(RuntimeError):
     """
 
     def __init__(self, reason: str, *, data_source: Any, index: int, ground_truth: Any, response: str):
+        self.reason = reason
         preview = response
         if len(preview) > _RESPONSE_PREVIEW_CHARS:
             preview = preview[:_RESPONSE_PREVIEW_CHARS] + f"... [{len(response)} chars]"
@@ -48,6 +67,27 @@ class RewardFunctionError(RuntimeError):
         self.index = index
         self.ground_truth = ground_truth
         self.response = response
+
+    def __reduce__(self):  # keyword-only fields: the default pickling would lose them (Ray pickles errors)
+        fields = dict(
+            data_source=self.data_source,
+            index=self.index,
+            ground_truth=self.ground_truth,
+            response=self.response,
+        )
+        return (partial(type(self), self.reason, **fields), ())
+
+
+class RewardBatchError(RewardFunctionError):
+    """A batched reward function failed as a whole, or returned a wrong number of scores."""
+
+    def __init__(self, message: str) -> None:
+        RuntimeError.__init__(self, message)
+        self.reason = message
+        self.data_source = self.index = self.ground_truth = self.response = None
+
+    def __reduce__(self):
+        return (type(self), (self.reason,))
 
 
 @dataclass
@@ -64,8 +104,11 @@ class RewardSample:
 
 @dataclass
 class ScoreResult:
+    """One sample's score, the extra fields its scorer returned, and the error it was zeroed for (if any)."""
+
     score: float
     extra: dict[str, Any]
+    error: str | None = None
 
 
 def _as_float(value: Any) -> float | None:
@@ -83,7 +126,7 @@ def _as_float(value: Any) -> float | None:
     return float(value)
 
 
-def _normalize_score(raw: Any, sample: RewardSample) -> ScoreResult:
+def normalize_score(raw: Any, sample: RewardSample) -> ScoreResult:
     """Validate a scorer's return value: a finite number, or a dict with a finite ``"score"``."""
     extra: dict[str, Any] = {}
     value = raw
@@ -110,25 +153,89 @@ def _error(reason: str, sample: RewardSample) -> RewardFunctionError:
     )
 
 
-def score_samples(compute_score: ComputeScoreFn, samples: Sequence[RewardSample]) -> list[ScoreResult]:
+def describe_function(fn: Callable[..., Any]) -> str:
+    """``name (file)`` of a scoring function, for messages about a function rather than a sample."""
+    base = fn.func if isinstance(fn, partial) else fn
+    name = getattr(base, "__qualname__", None) or type(base).__name__
+    code = getattr(base, "__code__", None)
+    return f"{name} ({code.co_filename})" if code is not None else name
+
+
+def check_error_policy(error_policy: str) -> str:
+    if error_policy not in ERROR_POLICIES:
+        raise ValueError(f"reward_model.error_policy={error_policy!r} is not one of {ERROR_POLICIES}")
+    return error_policy
+
+
+def call_scorer(fn: Callable[[], Any], time_limit: TimeLimit | None, fail: Callable[[str], Exception]) -> Any:
+    """``fn()`` under the time limit; a timeout or an exception becomes ``fail(reason)``, chained.
+
+    The time limit refusing to start more calls (too many hung threads) is not the sample's fault and
+    passes through, so no error policy can hide it.
+    """
+    try:
+        return time_limit(fn) if time_limit is not None else fn()
+    except TimeLimitExhausted:
+        raise
+    except CallTimeout as exc:
+        raise fail(str(exc)) from exc
+    except Exception as exc:
+        raise fail(f"raised {type(exc).__name__}: {exc}") from exc
+
+
+def apply_error_policy(error: RewardFunctionError, error_policy: str) -> ScoreResult:
+    """``fail``: raise the error; ``zero``: a 0 score that carries the error's message."""
+    if error_policy == "fail":
+        raise error
+    return ScoreResult(score=0.0, extra={}, error=str(error))
+
+
+def report_errors(results: Sequence[ScoreResult], error_policy: str) -> None:
+    """Log the first few zeroed samples in full and the total, so a broken scorer is seen but not spammed."""
+    errors = [r.error for r in results if r.error is not None]
+    for message in errors[:_MAX_REPORTED_ERRORS]:
+        logger.warning("%s; scored 0 (reward_model.error_policy=%s)", message, error_policy)
+    if errors:
+        logger.warning(
+            "%d of %d samples scored 0 after a reward function error (reward_model.error_policy=%s)",
+            len(errors),
+            len(results),
+            error_policy,
+        )
+
+
+def score_samples(
+    compute_score: ComputeScoreFn,
+    samples: Sequence[RewardSample],
+    *,
+    error_policy: str = "fail",
+    time_limit: TimeLimit | None = None,
+) -> list[ScoreResult]:
     """Score samples one by one with ``compute_score(data_source=, solution_str=, ground_truth=, extra_info=)``.
 
-    Kept as a plain sequential function (no manager state) so timeouts, retries, parallelism or
-    failure policies can wrap or replace it later. Any exception is re-raised as
-    ``RewardFunctionError`` chained to the original.
+    Kept as a plain sequential function (no manager state) so parallelism or retries can wrap or
+    replace it later. A failed sample (an exception, a timeout, an unusable score) is a
+    ``RewardFunctionError`` chained to the cause, raised or scored 0 per ``error_policy``.
     """
+    check_error_policy(error_policy)
     results: list[ScoreResult] = []
     for sample in samples:
         try:
-            raw = compute_score(
-                data_source=sample.data_source,
-                solution_str=sample.response_str,
-                ground_truth=sample.ground_truth,
-                extra_info=sample.extra_info,
+            raw = call_scorer(
+                partial(
+                    compute_score,
+                    data_source=sample.data_source,
+                    solution_str=sample.response_str,
+                    ground_truth=sample.ground_truth,
+                    extra_info=sample.extra_info,
+                ),
+                time_limit,
+                partial(_error, sample=sample),
             )
-        except Exception as exc:
-            raise _error(f"raised {type(exc).__name__}: {exc}", sample) from exc
-        results.append(_normalize_score(raw, sample))
+            results.append(normalize_score(raw, sample))
+        except RewardFunctionError as error:
+            results.append(apply_error_policy(error, error_policy))
+    report_errors(results, error_policy)
     return results
 
 
@@ -177,6 +284,8 @@ class NaiveRewardManager:
         compute_score: ``fn(data_source, solution_str, ground_truth, extra_info=None)``; defaults
             to :func:`default_compute_score`.
         reward_fn_key: non-tensor key holding each sample's data source.
+        error_policy: ``reward_model.error_policy``, ``fail`` or ``zero`` (see the module docstring).
+        timeout_s: ``reward_model.timeout_s``, seconds per scoring call; None = no limit.
     """
 
     def __init__(
@@ -185,18 +294,29 @@ class NaiveRewardManager:
         num_examine: int = 0,
         compute_score: ComputeScoreFn | None = None,
         reward_fn_key: str = "data_source",
+        error_policy: str = "fail",
+        timeout_s: float | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.num_examine = num_examine
         self.compute_score = compute_score or default_compute_score
         self.reward_fn_key = reward_fn_key
+        self.error_policy = check_error_policy(error_policy)
+        self.time_limit = TimeLimit(timeout_s) if timeout_s is not None else None
 
     @classmethod
     def from_config(
         cls, config: Any, tokenizer: Any, num_examine: int, compute_score: ComputeScoreFn, **kwargs: Any
     ):
         """Build from a trainer config; managers that need more settings override this."""
+        kwargs = {**error_handling_kwargs(config), **kwargs}
         return cls(tokenizer=tokenizer, num_examine=num_examine, compute_score=compute_score, **kwargs)
+
+    def score(self, samples: Sequence[RewardSample]) -> list[ScoreResult]:
+        """One result per sample, in order; managers that score differently (batched) override this."""
+        return score_samples(
+            self.compute_score, samples, error_policy=self.error_policy, time_limit=self.time_limit
+        )
 
     def _decode(self, ids: torch.Tensor) -> str:
         return self.tokenizer.decode(ids.tolist(), skip_special_tokens=True)
@@ -273,7 +393,7 @@ class NaiveRewardManager:
             return {"reward_tensor": data.batch["rm_scores"], "reward_extra_info": extra}
 
         samples, reward_positions = self.build_samples(data, with_prompts=self.num_examine > 0)
-        results = score_samples(self.compute_score, samples)
+        results = self.score(samples)
 
         reward_tensor = torch.zeros(data.batch["responses"].shape, dtype=torch.float32)
         reward_tensor = reward_tensor.to(data.batch["responses"].device)
@@ -286,6 +406,8 @@ class NaiveRewardManager:
         for result in results:
             extra_keys.extend(k for k in result.extra if k not in extra_keys)
         reward_extra_info = {k: [r.extra.get(k) for r in results] for k in extra_keys}
+        if self.error_policy != "fail":  # under fail an error never gets here: no column to carry
+            reward_extra_info[REWARD_ERROR_KEY] = [r.error is not None for r in results]
 
         self._print_examples(samples, results)
 
@@ -321,6 +443,18 @@ def _cfg_get(cfg: Any, key: str, default: Any = None) -> Any:
         except Exception:  # omegaconf struct mode / interpolation errors on absent keys
             value = default
     return default if value is None else value
+
+
+def error_handling_kwargs(config: Any) -> dict[str, Any]:
+    """``error_policy`` / ``timeout_s`` from ``config.reward_model``, only where they differ from the
+    defaults: a custom manager whose constructor predates them keeps working until it needs them."""
+    section = _cfg_get(config, "reward_model")
+    kwargs = {
+        "error_policy": _cfg_get(section, "error_policy", "fail"),
+        "timeout_s": _cfg_get(section, "timeout_s"),
+    }
+    defaults = {"error_policy": "fail", "timeout_s": None}
+    return {k: v for k, v in kwargs.items() if v != defaults[k]}
 
 
 def load_custom_reward_function(path: str | os.PathLike[str], name: str = "compute_score") -> ComputeScoreFn:

@@ -1,0 +1,129 @@
+"""Checkpoints on disk: the layout, crash-safe writes, the "latest" marker, pruning, RNG state.
+
+Layout of ``<default_local_dir>``::
+
+    latest_checkpointed_iteration.txt     the step of the newest complete checkpoint (verl's name)
+    global_step_<N>/
+        trainer_state.pt                  step, sampler position, driver RNG, KL controller
+        config.yaml                       the run's resolved config
+        actor/  critic/                   written by the role's workers:
+            model.safetensors             weights (rank 0)
+            optim.pt                      optimizer + LR schedule (rank 0)
+            rng_rank<r>.pt                each rank's RNG states and shuffle generator
+            huggingface/                  HF config, generation config, tokenizer (rank 0)
+
+A checkpoint is written under ``global_step_<N>.tmp`` and renamed to its final name only once every
+part is there; the marker is written after that, also through a rename. A crash at any moment leaves
+the previous checkpoint whole and the marker pointing at it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+LATEST = "latest_checkpointed_iteration.txt"
+PREFIX = "global_step_"
+TMP_SUFFIX = ".tmp"
+
+
+def step_dir(root: str | Path, step: int) -> Path:
+    return Path(root).expanduser() / f"{PREFIX}{step}"
+
+
+def tmp_step_dir(root: str | Path, step: int) -> Path:
+    """Where checkpoint ``step`` is assembled before it is renamed into place."""
+    return Path(root).expanduser() / f"{PREFIX}{step}{TMP_SUFFIX}"
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same directory and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_torch_save(obj: Any, path: Path) -> None:
+    """``torch.save`` that never leaves a half-written file at ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def finalize_checkpoint(root: str | Path, step: int) -> Path:
+    """Rename the assembled ``global_step_<step>.tmp`` into place, then point the marker at it."""
+    final, tmp = step_dir(root, step), tmp_step_dir(root, step)
+    if final.exists():  # a re-save of the same step (e.g. after a resume): replace it whole
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    atomic_write_bytes(Path(root).expanduser() / LATEST, f"{step}\n".encode())
+    return final
+
+
+def latest_checkpoint(root: str | Path) -> Path | None:
+    """The newest complete checkpoint under ``root`` (from the marker), or None."""
+    marker = Path(root).expanduser() / LATEST
+    if not marker.is_file():
+        return None
+    text = marker.read_text().strip()
+    if not text.isdigit():
+        raise ValueError(f"{marker} should hold a step number, found {text!r}")
+    path = step_dir(root, int(text))
+    if not (path / "trainer_state.pt").is_file():
+        raise FileNotFoundError(f"{marker} points at step {text}, but {path} is missing or incomplete")
+    return path
+
+
+def remove_unfinished(root: str | Path) -> list[Path]:
+    """Delete checkpoints a crash left half-written (``*.tmp`` directories); returns what was removed."""
+    root = Path(root).expanduser()
+    stale = sorted(root.glob(f"{PREFIX}*{TMP_SUFFIX}")) if root.is_dir() else []
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return stale
+
+
+def prune_checkpoints(root: str | Path, keep: int | None) -> list[Path]:
+    """Keep the ``keep`` newest complete checkpoints (None or <= 0: keep all); returns the removed ones."""
+    if not keep or keep <= 0:
+        return []
+    root = Path(root).expanduser()
+    steps = sorted(
+        int(p.name[len(PREFIX) :]) for p in root.glob(f"{PREFIX}*") if p.name[len(PREFIX) :].isdigit()
+    )
+    removed = [step_dir(root, s) for s in steps[:-keep]]
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+    return removed
+
+
+def rng_state() -> dict[str, Any]:
+    """Every global random number generator a process uses: python, numpy, torch (and CUDA if present)."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
