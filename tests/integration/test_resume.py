@@ -159,3 +159,34 @@ def test_export_round_trip_generates_the_same_greedy_text(reference, tmp_path):
     assert torch.equal(model.generate(**prompt, **greedy), policy.eval().generate(**prompt, **greedy))
     final = torch.load(run_dir / f"global_step_{TOTAL_STEPS}" / "trainer_state.pt", weights_only=False)
     assert final["global_step"] == TOTAL_STEPS
+
+
+def test_async_save_writes_the_same_checkpoints_without_changing_the_run(
+    reference, tiny_model_dir, arithmetic_files, tmp_path
+):
+    from verl.config import load_config
+
+    run_dir, reward, expected, _ = reference
+    config = load_config(
+        "grpo",
+        overrides(
+            tiny_model_dir,
+            arithmetic_files,
+            tmp_path,
+            reward,
+            "trainer.async_save=true",
+            "trainer.max_actor_ckpt_to_keep=2",
+        ),
+    )
+    trainer = RLTrainer(config)
+    try:
+        trainer.fit()
+    finally:
+        trainer.shutdown()
+    assert metrics_by_step(tmp_path) == expected
+    kept = sorted(p.name for p in tmp_path.glob("global_step_*"))
+    assert kept == [f"global_step_{TOTAL_STEPS - 1}", f"global_step_{TOTAL_STEPS}"]  # the cap of 2
+    last = f"global_step_{TOTAL_STEPS}"
+    assert all((tmp_path / last / "actor" / name).is_file() for name in ("optim.pt", "rng_rank0.pt"))
+    weights = "actor/model.safetensors"  # the same weights as the synchronous run's, byte for byte
+    assert (tmp_path / last / weights).read_bytes() == (run_dir / last / weights).read_bytes()
