@@ -76,6 +76,20 @@ def cmd_sft(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from verl.trainer.checkpointing import export_hf
+
+    out = export_hf(args.checkpoint, args.out_dir, part=args.part)
+    print(f"HuggingFace model written to {out}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from verl.bench import run_cli
+
+    return run_cli(args.models, args.what, args.quick, args.json, args.threads)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="verl", description=__doc__)
     parser.add_argument("--version", action="version", version=f"verl {verl.__version__}")
@@ -107,6 +121,30 @@ def build_parser() -> argparse.ArgumentParser:
     sft.add_argument("--config", default=None, help="recipe name (sft) or path to a YAML file")
     sft.add_argument("overrides", nargs="*", help="key=value config overrides")
     sft.set_defaults(func=cmd_sft)
+    export = sub.add_parser("export", help="write a checkpoint's model as a HuggingFace directory")
+    export.add_argument(
+        "checkpoint", help="a global_step_<N> directory, or a run directory (its latest checkpoint)"
+    )
+    export.add_argument("out_dir", help="where to write the HuggingFace model")
+    export.add_argument(
+        "--part", default="actor", choices=["actor", "critic"], help="which model (default: actor)"
+    )
+    export.set_defaults(func=cmd_export)
+    bench = sub.add_parser(
+        "bench", help="rollout / training / GRPO-step speed and peak memory on this machine (see benchmarks/)"
+    )
+    bench.add_argument(
+        "--models", default=None, help="comma list of tiny,4m,30m,smollm2 (default: all; with --quick: tiny)"
+    )
+    bench.add_argument("--what", default=None, help="comma list of rollout,train,step (default: all)")
+    bench.add_argument("--quick", action="store_true", help="fewer sizes and repetitions (about 2 minutes)")
+    bench.add_argument(
+        "--json", default=None, help="results file (default: $VERL_HOME/bench/bench-<time>.json)"
+    )
+    bench.add_argument(
+        "--threads", type=int, default=2, help="torch threads of every measurement (default: 2)"
+    )
+    bench.set_defaults(func=cmd_bench)
     return parser
 
 

@@ -1,0 +1,144 @@
+"""`verl bench` at a toy size: the report's structure and that every number is real (no speed claims)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from verl.bench import BenchSizes, run_bench, run_cli
+from verl.bench.measure import MIN_REPEATS, Case, planned_repeats, run_case
+from verl.bench.models import ModelSpec, prepare_model
+from verl.bench.report import format_table
+from verl.bench.rollout import engines
+
+TOY = ModelSpec(
+    "toy",
+    "test model",
+    dict(
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=64,
+    ),
+)
+SIZES = BenchSizes(
+    rollout_batches=(1, 3),
+    rollout_lengths=(5,),
+    train_sequences=4,
+    train_max_response_length=6,
+    train_micro_batch=2,
+    warmup=1,
+    repeats=2,
+    budget_s=30.0,
+)
+
+
+def _positive(value) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value) and value > 0
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bench")
+    # In-process (the same measurement code without a process per case) and one thread: fast even when
+    # other processes keep the CPUs busy, where a 2-thread OpenMP team waits on its descheduled half.
+    return run_bench(
+        [TOY],
+        sizes=SIZES,
+        threads=1,
+        json_path=tmp / "bench.json",
+        isolate=False,
+        home=tmp,
+        log=lambda _: None,
+    )
+
+
+def test_rollout_rows_cover_every_engine_batch_and_length(report):
+    rows = report["sections"]["rollout"]
+    assert "dummy" not in engines() and "hf" in engines()
+    assert {(r["engine"], r["batch"], r["length"]) for r in rows} == {
+        (e, b, n) for e in engines() for b in SIZES.rollout_batches for n in SIZES.rollout_lengths
+    }
+    for r in rows:
+        assert r["status"] == "ok", r["reason"]
+        # EOS is ignored: every response has the full length, so engines do the same work.
+        assert r["tokens_per_run"] == r["batch"] * r["length"]
+        assert _positive(r["tokens_per_s"]) and _positive(r["median_s"]) and _positive(r["peak_rss_mb"])
+        assert r["peak_delta_mb"] >= 0 and r["repeats"] >= MIN_REPEATS == len(r["times_s"])
+        assert r["torch_threads"] == 1
+
+
+def test_train_rows_padded_measured_packed_measured_or_explained(report):
+    rows = {r["mode"]: r for r in report["sections"]["train"]}
+    assert set(rows) == {"padded", "packed"}
+    padded = rows["padded"]
+    assert padded["status"] == "ok", padded["reason"]
+    assert _positive(padded["tokens_per_s"]) and padded["real_tokens"] < padded["padded_tokens"]
+    assert 0 < padded["padding_fraction"] < 1
+    packed = rows["packed"]
+    assert packed["status"] == "ok" or (packed["status"] == "not available" and packed["reason"])
+
+
+def test_step_rows_have_the_stage_breakdown(report):
+    rows = report["sections"]["step"]
+    assert [r["engine"] for r in rows] == engines()
+    for r in rows:
+        assert r["status"] == "ok", r["reason"]
+        assert r["samples"] == 128  # the default recipe: 16 prompts x 8 samples
+        assert _positive(r["median_s"]) and _positive(r["tokens_per_s"])
+        assert {"gen", "reward", "update_actor"} <= set(r["stages_s"])
+        assert all(v >= 0 for v in r["stages_s"].values())
+
+
+def test_json_and_printed_tables(report, tmp_path_factory):
+    saved = json.loads(open(report["json_path"]).read())
+    assert saved["sections"].keys() == {"rollout", "train", "step"}
+    assert saved["machine"]["torch_threads"] == 1 and saved["models"][0]["n_params"] > 0
+    from verl.bench.report import render
+
+    text = render(saved)
+    for heading in ("(a) rollout", "(b) policy update", "(c) one GRPO step", "tokens/s", "peak MB"):
+        assert heading in text
+
+
+def test_a_case_in_its_own_process(tmp_path):
+    """The default path: the case runs in a process forked from the forkserver and reports back."""
+    from verl.bench import rollout
+    from verl.bench.common import write_task_data
+
+    write_task_data(tmp_path)
+    model = prepare_model(TOY, tmp_path)
+    case = Case(
+        "rollout",
+        "toy",
+        str(model.path),
+        {"engine": "hf", "batch": 2, "length": 3},
+        str(tmp_path),
+        threads=1,
+        repeats=2,
+    )
+    result = run_case(rollout.setup, case, isolate=True, preload=["verl.bench.rollout"])
+    assert len(result["times_s"]) == 2 and all(r["tokens"] == 6 for r in result["runs"])
+    assert result["peak_rss_mb"] > 0 and result["peak_delta_mb"] >= 0
+
+
+def test_unknown_names_are_refused(capsys):
+    assert run_cli("tiny,huge", None, quick=True, json_path=None) == 2
+    assert "unknown model huge" in capsys.readouterr().err
+    assert run_cli(None, "rollout,nope", quick=True, json_path=None) == 2
+
+
+def test_planned_repeats_respects_budget_and_minimum():
+    assert planned_repeats(5, budget_s=60, seconds_per_run=1) == 5
+    assert planned_repeats(5, budget_s=60, seconds_per_run=20) == 3
+    assert planned_repeats(5, budget_s=60, seconds_per_run=600) == MIN_REPEATS
+    assert planned_repeats(1, budget_s=60, seconds_per_run=600) == 1
+
+
+def test_format_table_aligns_columns():
+    lines = format_table(["a", "tokens/s"], [["x", 1234.5], ["yy", None]]).splitlines()
+    assert len({len(line) for line in lines}) == 1
+    assert lines[2].endswith("1,234") and lines[3].endswith("-")

@@ -1,0 +1,266 @@
+"""The fast rollout engine against the reference (HF generate) engine and the actor's log-probs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+from transformers.generation.logits_process import (
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from verl.protocol import DataProto
+from verl.workers.actor import response_logprobs
+from verl.workers.rollout import SamplingParams, get_rollout_class
+from verl.workers.rollout.base import assemble_rollout_output
+from verl.workers.rollout.fast import (
+    FastRollout,
+    _HFDecoder,
+    _LeanDecoder,
+    draw,
+    lean_decoder_supported,
+    sample_next,
+    warp_logits,
+)
+from verl.workers.rollout.hf import HFRollout
+
+PAD = 0
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Models this small gain nothing from a second thread, and stall on a busy machine with two."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def llama_model_dir(tmp_path_factory):
+    from verl.models import make_tiny_model
+
+    return make_tiny_model(
+        tmp_path_factory.mktemp("tiny-llama"),
+        arch="llama",
+        hidden_size=64,
+        num_hidden_layers=2,
+        intermediate_size=128,
+    )
+
+
+@pytest.fixture(params=["qwen2", "llama"])
+def model(request, tiny_model_dir, llama_model_dir):
+    path = tiny_model_dir if request.param == "qwen2" else llama_model_dir
+    return AutoModelForCausalLM.from_pretrained(path)
+
+
+def make_prompts(model, lengths: list[int], seed: int = 0, width: int | None = None) -> DataProto:
+    """Random prompts of the given lengths, left-padded to ``width`` (default: the longest)."""
+    gen = torch.Generator().manual_seed(seed)
+    width = width or max(lengths)
+    input_ids = torch.randint(3, model.config.vocab_size, (len(lengths), width), generator=gen)
+    attention_mask = (torch.arange(width)[None, :] >= width - torch.tensor(lengths)[:, None]).long()
+    input_ids = torch.where(attention_mask.bool(), input_ids, PAD)
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp_min(0)
+    return DataProto.from_dict(
+        tensors={"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
+    )
+
+
+def early_eos_ids(model, prompts: DataProto, max_new_tokens: int) -> list[int]:
+    """EOS ids that the model's own greedy output emits mid-sequence in some rows but not in others."""
+    never = [model.config.vocab_size]  # an id no model emits
+    greedy = HFRollout(model, never, PAD).generate_sequences(
+        prompts, SamplingParams(do_sample=False, max_new_tokens=max_new_tokens)
+    )
+    responses = greedy.batch["responses"]
+    # The token at position 3 of row 0 and position 6 of row 1: rows stop at their first occurrence.
+    return sorted({int(responses[0, 3]), int(responses[1, 6])})
+
+
+def test_registered_and_default_decoder(model):
+    assert get_rollout_class("fast") is FastRollout
+    assert lean_decoder_supported(model)
+
+
+@pytest.mark.parametrize("decoder", ["lean", "lean-unfused", "hf-forward"])
+def test_greedy_matches_hf_generate(model, decoder, monkeypatch):
+    if decoder == "lean-unfused":  # the path of models too big to copy their projections
+        monkeypatch.setattr(_LeanDecoder, "fuse_limit_bytes", 0)
+    # Padded beyond the longest prompt, as a dataset pads to max_prompt_length.
+    prompts = make_prompts(model, [5, 9, 3, 9, 7, 6], width=12)
+    max_new = 24
+    eos = early_eos_ids(model, prompts, max_new)
+    sampling = SamplingParams(do_sample=False, max_new_tokens=max_new)
+    expected = HFRollout(model, eos, PAD).generate_sequences(prompts, sampling)
+    got = FastRollout(model, eos, PAD, lean=decoder != "hf-forward").generate_sequences(prompts, sampling)
+
+    lengths = got.batch["response_mask"].sum(-1)
+    assert lengths.min() < max_new and len(set(lengths.tolist())) > 1  # uneven lengths: rows were dropped
+    for key in ("responses", "response_mask", "input_ids", "attention_mask", "position_ids", "prompts"):
+        assert torch.equal(got.batch[key], expected.batch[key]), key
+
+
+def test_sampled_output_layout(model):
+    prompts = make_prompts(model, [4, 8, 2, 8, 5, 7, 3, 6], seed=1)
+    eos = list(range(3, model.config.vocab_size // 10))  # a near-uniform random model stops often
+    sampling = SamplingParams(do_sample=True, temperature=1.0, max_new_tokens=16)
+    torch.manual_seed(0)
+    out = FastRollout(model, eos, PAD).generate_sequences(prompts, sampling)
+
+    responses, mask = out.batch["responses"], out.batch["response_mask"]
+    assert responses.shape == (8, 16) and out.batch["rollout_log_probs"].dtype == torch.float32
+    assert len(set(mask.sum(-1).tolist())) > 2  # rows of several lengths
+    assert (responses < model.config.vocab_size).all()
+    # The mask is 1 up to and including the first EOS, padding after it, log-prob 0 on padding.
+    reference = assemble_rollout_output(prompts, responses, eos, PAD, 16)
+    for key in ("response_mask", "input_ids", "attention_mask", "position_ids"):
+        assert torch.equal(out.batch[key], reference.batch[key]), key
+    assert (responses[mask == 0] == PAD).all()
+    assert (out.batch["rollout_log_probs"][mask == 0] == 0).all()
+    assert (out.batch["rollout_log_probs"][mask == 1] < 0).all()
+    # Plain tensors, not inference-mode ones: the update may use them under autograd.
+    assert not any(t.is_inference() for t in out.batch.values())
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.3])
+def test_log_probs_match_the_actor(model, temperature):
+    prompts = make_prompts(model, [6, 3, 8, 8], seed=2)
+    eos = early_eos_ids(model, prompts, 20)
+    # Truncated sampling; the log-probs are still those of the untruncated tempered distribution.
+    sampling = SamplingParams(temperature=temperature, top_k=20, top_p=0.9, max_new_tokens=20)
+    torch.manual_seed(1)
+    out = FastRollout(model, eos, PAD).generate_sequences(prompts, sampling)
+    model.eval()
+    with torch.no_grad():
+        actor_lp, _ = response_logprobs(model, out, temperature, with_entropy=False)
+    valid = out.batch["response_mask"].bool()
+    torch.testing.assert_close(out.batch["rollout_log_probs"][valid], actor_lp[valid], atol=1e-5, rtol=0)
+
+
+def test_warpers_match_hf():
+    torch.manual_seed(0)
+    logits = torch.randn(16, 100) * 3
+    for temperature, top_k, top_p in [(0.7, 10, 1.0), (1.0, -1, 0.8), (1.5, 30, 0.5), (1.0, 0, 1.0)]:
+        expected = logits.clone()
+        if temperature != 1.0:
+            expected = TemperatureLogitsWarper(temperature)(None, expected)
+        if top_k > 0:
+            expected = TopKLogitsWarper(top_k)(None, expected)
+        if top_p < 1.0:
+            expected = TopPLogitsWarper(top_p)(None, expected)
+        got = warp_logits(logits, SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p))
+        assert torch.equal(got, expected), (temperature, top_k, top_p)
+
+
+def test_draw_only_picks_allowed_tokens():
+    torch.manual_seed(0)
+    logits = torch.randn(8, 50) * 2
+    for sampling in (SamplingParams(top_k=3), SamplingParams(top_p=0.3), SamplingParams(top_k=10, top_p=0.5)):
+        warped = warp_logits(logits, sampling)
+        allowed = torch.isfinite(warped)
+        probs = torch.softmax(warped, dim=-1)
+        for _ in range(200):
+            tokens = draw(probs)
+            assert allowed.gather(-1, tokens[:, None]).all()
+    # A row with all mass on its last token: never past it, never elsewhere.
+    probs = torch.zeros(2, 5)
+    probs[:, 4] = 1.0
+    assert (draw(probs) == 4).all()
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [SamplingParams(temperature=0.7), SamplingParams(top_k=3), SamplingParams(temperature=1.5, top_p=0.8)],
+    ids=["temperature", "top-k", "top-p"],
+)
+def test_sample_next_frequencies(sampling):
+    """Token frequencies of many draws from one row of logits against the exact warped softmax."""
+    n = 20000
+    logits = torch.tensor([2.0, 1.5, 1.0, 0.5, 0.0, -1.0])
+    torch.manual_seed(4)
+    tokens, log_probs = sample_next(logits.expand(n, -1), sampling)
+    exact = torch.softmax(warp_logits(logits, sampling), dim=-1).double()
+    counts = torch.bincount(tokens, minlength=6).double()
+    assert (counts[exact == 0] == 0).all()
+    support = exact > 0
+    expected = exact[support] * n
+    chi2 = ((counts[support] - expected) ** 2 / expected).sum()
+    assert chi2 < 20.5  # the 0.1% quantile of chi-square with at most 5 degrees of freedom
+    # The log-probs are those of the tempered, untruncated distribution, whatever the truncation.
+    scored = torch.log_softmax(logits / sampling.temperature, dim=-1)
+    torch.testing.assert_close(log_probs, scored[tokens])
+
+
+def test_top_k_tokens_are_among_the_models_top_k(model):
+    prompts = make_prompts(model, [5, 7, 3], seed=3)
+    sampling = SamplingParams(temperature=1.0, top_k=3, max_new_tokens=12)
+    torch.manual_seed(2)
+    out = FastRollout(model, [model.config.vocab_size], PAD).generate_sequences(prompts, sampling)
+    model.eval()
+    with torch.no_grad():
+        logits = model(
+            input_ids=out.batch["input_ids"],
+            attention_mask=out.batch["attention_mask"],
+            position_ids=out.batch["position_ids"],
+        ).logits[:, -13:-1]
+    third = logits.topk(3, dim=-1).values[..., -1]
+    chosen = logits.gather(-1, out.batch["responses"][..., None]).squeeze(-1)
+    assert (chosen >= third - 1e-5).all()
+
+
+def test_first_token_distribution_matches_hf(tiny_model_dir):
+    """Frequencies of the first sampled token, fast vs HF vs the exact top-k distribution."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    n = 3000
+    one = make_prompts(model, [6], seed=4)
+    prompts = DataProto.from_dict(tensors={k: v.expand(n, -1).clone() for k, v in one.batch.items()})
+    sampling = SamplingParams(temperature=1.0, top_k=8, max_new_tokens=1)
+    never = [model.config.vocab_size]
+    torch.manual_seed(3)
+    fast = FastRollout(model, never, PAD).generate_sequences(prompts, sampling).batch["responses"][:, 0]
+    hf = HFRollout(model, never, PAD).generate_sequences(prompts, sampling).batch["responses"][:, 0]
+    with torch.no_grad():
+        logits = model(**{k: one.batch[k] for k in ("input_ids", "attention_mask", "position_ids")}).logits
+    exact = torch.softmax(warp_logits(logits[0, -1], sampling), dim=-1)
+    support = exact.nonzero().squeeze(-1)
+    assert torch.isin(fast, support).all() and torch.isin(hf, support).all()
+    f = torch.bincount(fast, minlength=exact.numel()).double()[support]
+    h = torch.bincount(hf, minlength=exact.numel()).double()[support]
+    expected = exact[support].double() * n
+    # Pearson chi-square, 7 degrees of freedom: 24.3 is the 0.1% quantile, and the seeds are fixed.
+    assert ((f - expected) ** 2 / expected).sum() < 24.3
+    assert ((f - h) ** 2 / (f + h).clamp_min(1)).sum() < 24.3  # two-sample form
+
+
+def test_bf16_model_greedy_matches_hf(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
+    prompts = make_prompts(model, [5, 2, 7, 4], seed=6)
+    sampling = SamplingParams(do_sample=False, max_new_tokens=12)
+    never = [model.config.vocab_size]
+    expected = HFRollout(model, never, PAD).generate_sequences(prompts, sampling)
+    got = FastRollout(model, never, PAD).generate_sequences(prompts, sampling)
+    assert torch.equal(got.batch["responses"], expected.batch["responses"])
+    assert got.batch["rollout_log_probs"].dtype == torch.float32
+
+
+def test_micro_batches_and_training_mode_restored(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).train()
+    prompts = make_prompts(model, [3, 5, 4, 2, 6], seed=5)
+    sampling = SamplingParams(do_sample=False, max_new_tokens=6)
+    never = [model.config.vocab_size]
+    whole = FastRollout(model, never, PAD).generate_sequences(prompts, sampling)
+    chunked = FastRollout(model, never, PAD, micro_batch_size=2).generate_sequences(prompts, sampling)
+    assert model.training
+    assert torch.equal(whole.batch["responses"], chunked.batch["responses"])
+    torch.testing.assert_close(whole.batch["rollout_log_probs"], chunked.batch["rollout_log_probs"])
+
+
+def test_unsupported_architectures_use_the_model_forward(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    model.config.hidden_act = "gelu"  # not what the lean step computes
+    assert not lean_decoder_supported(model)
+    assert FastRollout(model, [1], PAD).decoder_cls is _HFDecoder

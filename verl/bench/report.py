@@ -1,0 +1,195 @@
+"""The bench's printed tables: one per section, plus what was skipped and why."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Right-aligned plain-text columns (numbers read best aligned on the right)."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if value >= 100:
+            return f"{value:,.0f}"
+        if value >= 1:
+            return f"{value:.2f}"
+        return f"{value:.3f}"
+    return str(value)
+
+
+def _memory(row: dict[str, Any]) -> list[Any]:
+    """The columns every table ends with: memory, then how trustworthy the timing is."""
+    return [
+        row.get("peak_rss_mb"),
+        row.get("peak_delta_mb"),
+        row.get("repeats"),
+        _spread(row),
+        row.get("load_average"),
+    ]
+
+
+def _spread(row: dict[str, Any]) -> float | None:
+    """(slowest - fastest) / median of the timed runs, in percent: a large one marks a disturbed row."""
+    times = row.get("times_s") or []
+    if len(times) < 2 or not row.get("median_s"):
+        return None
+    return 100 * (max(times) - min(times)) / sorted(times)[len(times) // 2]
+
+
+MEMORY_HEADERS = ["peak MB", "+MB", "reps", "spread %", "load"]
+
+
+def rollout_table(rows: list[dict[str, Any]]) -> str:
+    headers = [
+        "model",
+        "engine",
+        "batch",
+        "resp len",
+        "tokens/s",
+        "s/run",
+        "ms/step",
+        *MEMORY_HEADERS,
+    ]
+    body = [
+        [r["model"], r["engine"], r["batch"], r["length"]]
+        + [r.get("tokens_per_s"), r.get("median_s"), r.get("ms_per_step")]
+        + _memory(r)
+        for r in rows
+        if r["status"] == "ok"
+    ]
+    return format_table(headers, body)
+
+
+def train_table(rows: list[dict[str, Any]]) -> str:
+    headers = [
+        "model",
+        "mode",
+        "seqs",
+        "resp len",
+        "tokens",
+        "pad %",
+        "tokens/s",
+        "s/run",
+        *MEMORY_HEADERS,
+    ]
+    body = []
+    for r in rows:
+        lengths = f"{r.get('mean_response_length', 0):.0f}/{r['max_response_length']}"
+        head = [r["model"], r["mode"], r["sequences"]]
+        if r["status"] != "ok":
+            body.append([*head, "-", "-", "-", r["status"], "-"] + ["-"] * len(MEMORY_HEADERS))
+            continue
+        body.append(
+            [*head, lengths, r["real_tokens"], 100 * r["padding_fraction"], r["tokens_per_s"], r["median_s"]]
+            + _memory(r)
+        )
+    return format_table(headers, body)
+
+
+def step_table(rows: list[dict[str, Any]]) -> str:
+    ok = [r for r in rows if r["status"] == "ok"]
+    stages = list(dict.fromkeys(s for r in ok for s in r["stages_s"]))
+    headers = ["model", "engine", "samples", "micro", "step s", "tokens/s", *[f"{s} s" for s in stages]]
+    headers += MEMORY_HEADERS
+    body = [
+        [
+            r["model"],
+            r["engine"],
+            r["samples"],
+            r["micro_batch"] or r["samples"],
+            r["median_s"],
+            r["tokens_per_s"],
+        ]
+        + [r["stages_s"].get(s) for s in stages]
+        + _memory(r)
+        for r in ok
+    ]
+    return format_table(headers, body)
+
+
+TABLES = {
+    "rollout": (
+        "(a) rollout: response tokens/s, EOS ignored (every response has the full length)",
+        rollout_table,
+    ),
+    "train": (
+        "(b) policy update (forward + backward + AdamW step): real tokens/s; resp len = mean/max",
+        train_table,
+    ),
+    "step": (
+        "(c) one GRPO step (RLTrainer.train_step, default recipe: 16 prompts x 8 samples; micro = rows per "
+        "forward pass): medians of timing_s/*",
+        step_table,
+    ),
+}
+
+
+def render(report: dict[str, Any]) -> str:
+    """Everything a reader needs: the machine, how it was measured, the tables, the skips."""
+    env, settings = report["machine"], report["settings"]
+    parts = [
+        f"verl bench: {env['cpu']} ({env['cpu_count']} CPUs, {env['cpu_capability']}), torch {env['torch']}, "
+        f"transformers {env['transformers']}, torch threads {env['torch_threads']}, "
+        f"attention {env['attn_implementation']}",
+        f"timing: median of up to {settings['repeats']} runs after {settings['warmup']} warm-up run(s) "
+        f"(fewer when runs would exceed {settings['budget_s']:.0f}s, at least {settings['min_repeats']})",
+        f"memory: {settings['memory_method']}",
+        "columns: peak MB / +MB = peak RSS / its excess over the RSS after setup; spread % = (slowest - fastest) "
+        "timed run / median; load = 1-minute load average after the row",
+        "models: "
+        + ", ".join(
+            f"{m['name']} ({m['n_params'] / 1e6:.1f}M params, {m['description']})" for m in report["models"]
+        ),
+    ]
+    for section, (title, table) in TABLES.items():
+        rows = report["sections"].get(section)
+        if rows:
+            parts += ["", title, table(rows)]
+    busy = _busy_warning(report)
+    if busy:
+        parts += ["", busy]
+    problems = [r for rows in report["sections"].values() for r in rows if r["status"] not in ("ok",)]
+    skipped = report["skipped"] + [{"what": _row_name(r), "reason": r["reason"]} for r in problems]
+    if skipped:
+        parts += ["", "skipped / failed:"] + [f"  {s['what']}: {_first_line(s['reason'])}" for s in skipped]
+    return "\n".join(parts)
+
+
+def _busy_warning(report: dict[str, Any]) -> str | None:
+    """A warning when other processes loaded the machine: the numbers are then pessimistic and noisy."""
+    env = report["machine"]
+    loads = [env.get("load_average_start"), env.get("load_average_end")]
+    loads += [r.get("load_average") for rows in report["sections"].values() for r in rows]
+    loads = [x for x in loads if x is not None]
+    cpus = env.get("cpu_count") or 1
+    # The bench's own threads count too, and the 1-minute average lags: only a clear excess is a warning.
+    if not loads or max(loads) <= cpus + 0.5:
+        return None
+    return (
+        f"warning: the machine was busy (1-minute load average up to {max(loads):.1f} on {cpus} CPUs); other "
+        "processes competed for the CPUs, so these times are slower and noisier than on an idle machine"
+    )
+
+
+def _row_name(row: dict[str, Any]) -> str:
+    detail = " ".join(f"{k}={row[k]}" for k in ("engine", "mode", "batch", "length") if k in row)
+    return f"{row['section']} {row['model']} {detail}".strip()
+
+
+def _first_line(text: str) -> str:
+    """The last non-empty line of a traceback (the exception), or the first line of a message."""
+    lines = [line for line in str(text).strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return lines[-1] if lines[0].startswith("Traceback") else lines[0]

@@ -1,0 +1,69 @@
+"""(a) Rollout: tokens/s of every registered engine, per batch size and response length.
+
+Every engine (the rollout registry's, except the model-free ``dummy``) is built the way the actor worker
+builds it, on the same model, and samples with the recipe's training settings from the same arithmetic
+prompts. The EOS id handed to the engine is ``vocab_size``, a token no model can emit, so every response
+has exactly the length asked for and all engines do the same work (as ``ignore_eos`` does in vLLM's
+benchmarks); a trained model would otherwise stop after a few tokens and "length 128" would mean nothing.
+tokens/s = response tokens (the ``response_mask`` sum) / wall seconds of one ``generate_sequences`` call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verl.bench.common import attn_implementation, load_prompts, recipe_config
+from verl.bench.measure import Case, Prepared
+from verl.models import load_hf_model, load_tokenizer
+from verl.workers.rollout import ROLLOUT_REGISTRY, SamplingParams, get_rollout_class
+
+EXCLUDED_ENGINES = {"dummy"}
+
+
+def engines() -> list[str]:
+    """The engines to measure: whatever the registry holds now, ``hf`` (the reference) first."""
+    names = sorted(n for n in ROLLOUT_REGISTRY if n not in EXCLUDED_ENGINES)
+    return sorted(names, key=lambda n: n != "hf")
+
+
+def cases(model: str, model_path: str, batches: list[int], lengths: list[int], **common: Any) -> list[Case]:
+    return [
+        Case("rollout", model, model_path, {"engine": e, "batch": b, "length": n}, **common)
+        for e in engines()
+        for n in lengths
+        for b in batches
+    ]
+
+
+def setup(case: Case) -> Prepared:
+    params = case.params
+    model = load_hf_model(case.model_path, attn_implementation=attn_implementation())
+    tokenizer = load_tokenizer(case.model_path)
+    vocab_size = model.get_input_embeddings().num_embeddings
+    engine = get_rollout_class(params["engine"])(model, [vocab_size], tokenizer.pad_token_id, None)
+    prompts = load_prompts(case.data_dir, tokenizer, params["batch"])
+    sampling = SamplingParams.from_config(recipe_config().actor_rollout_ref.rollout, params["length"])
+
+    def run() -> dict[str, Any]:
+        output = engine.generate_sequences(prompts, sampling)
+        return {"tokens": int(output.batch["response_mask"].sum())}
+
+    return Prepared(run, info={"prompt_width": int(prompts.batch["input_ids"].shape[1])}, modules=[model])
+
+
+def summarize(case: Case, result: dict[str, Any]) -> dict[str, Any]:
+    """The row of the table / JSON for one measured case."""
+    from verl.bench.measure import median
+
+    seconds = median(result["times_s"])
+    tokens = median([r["tokens"] for r in result["runs"]])
+    batch, length = case.params["batch"], case.params["length"]
+    return {
+        "tokens_per_run": tokens,
+        "mean_response_length": tokens / batch,
+        "median_s": seconds,
+        "tokens_per_s": tokens / seconds,
+        # One decode step of the whole batch: what batch 1 latency means.
+        "ms_per_step": 1000 * seconds / length,
+        **result["info"],
+    }

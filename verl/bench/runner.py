@@ -1,0 +1,238 @@
+"""Runs the sections over the models, collects the rows, prints the tables and writes the JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from verl.bench import rollout, step, training
+from verl.bench.common import load_average, machine_info, write_task_data
+from verl.bench.measure import MIN_REPEATS, Case, CaseFailed, memory_method, run_case
+from verl.bench.models import (
+    ModelSpec,
+    ModelUnavailable,
+    PreparedModel,
+    default_specs,
+    prepare_model,
+    verl_home,
+)
+from verl.bench.report import render
+
+SECTIONS = {"rollout": rollout, "train": training, "step": step}
+PRELOAD = ["verl.bench.rollout", "verl.bench.training", "verl.bench.step"]
+
+
+@dataclass(frozen=True)
+class BenchSizes:
+    """How much work each section does, and how often it is repeated."""
+
+    rollout_batches: tuple[int, ...] = (1, 16, 64, 256)
+    rollout_lengths: tuple[int, ...] = (32, 128)
+    train_sequences: int = 64
+    train_max_response_length: int = 128
+    train_micro_batch: int = 16
+    step_micro_batch: int | None = 16
+    """None: the recipe's own (the whole batch per forward pass)"""
+    warmup: int = 1
+    repeats: int = 5
+    budget_s: float = 60.0
+
+
+FULL = BenchSizes()
+QUICK = replace(
+    FULL,
+    rollout_batches=(1, 16),
+    rollout_lengths=(32,),
+    train_max_response_length=32,
+    repeats=3,
+    budget_s=10.0,
+)
+QUICK_MODELS = ["tiny"]
+
+
+def section_cases(
+    section: str, model: PreparedModel, sizes: BenchSizes, common: dict[str, Any]
+) -> list[Case]:
+    path = str(model.path)
+    if section == "rollout":
+        return rollout.cases(
+            model.name, path, list(sizes.rollout_batches), list(sizes.rollout_lengths), **common
+        )
+    if section == "train":
+        return training.cases(
+            model.name,
+            path,
+            sizes.train_sequences,
+            sizes.train_max_response_length,
+            sizes.train_micro_batch,
+            **common,
+        )
+    return step.cases(model.name, path, sizes.step_micro_batch, **common)
+
+
+def measure(case: Case, isolate: bool, unavailable: dict[str, str]) -> dict[str, Any]:
+    """One row: the case's parameters, its summary and raw timings, or why it has no numbers."""
+    row: dict[str, Any] = {
+        "section": case.section,
+        "model": case.model,
+        **case.params,
+        "status": "ok",
+        "reason": None,
+    }
+    mode = case.params.get("mode")
+    if mode in unavailable:
+        return {**row, "status": "not available", "reason": unavailable[mode]}
+    module = SECTIONS[case.section]
+    try:
+        result = run_case(module.setup, case, isolate=isolate, preload=PRELOAD)
+    except CaseFailed as e:
+        return {**row, "status": "error", "reason": str(e)}
+    return {
+        **row,
+        **module.summarize(case, result),
+        "repeats": len(result["times_s"]),
+        "times_s": result["times_s"],
+        "warmup_s": result["warmup_s"],
+        "torch_threads": result["torch_threads"],
+        "rss_after_setup_mb": result["rss_after_setup_mb"],
+        "peak_rss_mb": result["peak_rss_mb"],
+        "peak_delta_mb": result["peak_delta_mb"],
+        "load_average": load_average(),
+    }
+
+
+def progress_line(row: dict[str, Any]) -> str:
+    name = " ".join(f"{k}={row[k]}" for k in ("engine", "mode", "batch", "length") if k in row)
+    head = f"[bench] {row['section']} {row['model']} {name}"
+    if row["status"] != "ok":
+        return f"{head}: {row['status']}"
+    tokens = f"{row['tokens_per_s']:,.0f} tokens/s, " if row.get("tokens_per_s") else ""
+    return f"{head}: {tokens}{row['median_s']:.3f} s/run, peak {row['peak_rss_mb']:,.0f} MB ({row['repeats']} runs)"
+
+
+def run_bench(
+    models: Sequence[str | ModelSpec],
+    sections: Sequence[str] = tuple(SECTIONS),
+    sizes: BenchSizes = FULL,
+    threads: int = 2,
+    json_path: str | Path | None = None,
+    isolate: bool = True,
+    home: Path | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Measure ``sections`` on ``models`` (names of :func:`default_specs` or specs); returns the report
+    that is also printed and written as JSON (default ``$VERL_HOME/bench/bench-<time>.json``).
+
+    Measurements run in processes started by multiprocessing, so a script calling this must do so
+    under ``if __name__ == "__main__":`` (each new process imports the main module).
+    """
+    specs = default_specs()
+    wanted = [specs[m] if isinstance(m, str) else m for m in models]
+    report: dict[str, Any] = {
+        "machine": machine_info(threads),
+        "settings": {
+            **asdict(sizes),
+            "min_repeats": MIN_REPEATS,
+            "memory_method": memory_method(),
+            "isolated_processes": isolate,
+        },
+        "models": [],
+        "skipped": [],
+        "sections": {s: [] for s in sections},
+    }
+    path = (
+        Path(json_path)
+        if json_path
+        else verl_home() / "bench" / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    )
+    report["json_path"] = str(path)
+    try:
+        _measure_all(report, wanted, sections, sizes, threads, isolate, home, log)
+    except KeyboardInterrupt:
+        report["interrupted"] = True
+        log("[bench] interrupted: reporting what was measured so far")
+    report["machine"]["load_average_end"] = load_average()
+    _save(report)
+    log("")
+    log(render(report))
+    log(f"\nJSON: {path}")
+    return report
+
+
+def _measure_all(
+    report: dict[str, Any],
+    specs: list[ModelSpec],
+    sections: Sequence[str],
+    sizes: BenchSizes,
+    threads: int,
+    isolate: bool,
+    home: Path | None,
+    log: Callable[[str], None],
+) -> None:
+    """Every case of every section on every model, appending rows to ``report`` (saved after each row:
+    an interrupted or crashed long run keeps what it measured)."""
+    unavailable = training.unavailable_modes() if "train" in sections else {}
+    with tempfile.TemporaryDirectory(prefix="verl-bench-data-") as data_dir:
+        write_task_data(Path(data_dir))
+        common = dict(
+            data_dir=data_dir,
+            threads=threads,
+            warmup=sizes.warmup,
+            repeats=sizes.repeats,
+            budget_s=sizes.budget_s,
+        )
+        for spec in specs:
+            try:
+                model = prepare_model(spec, home)
+            except ModelUnavailable as e:
+                report["skipped"].append({"what": f"model {spec.name}", "reason": str(e)})
+                log(f"[bench] skipping {spec.name}: {e}")
+                continue
+            report["models"].append({**model.__dict__, "path": str(model.path)})
+            for section in sections:
+                for case in section_cases(section, model, sizes, common):
+                    row = measure(case, isolate, unavailable)
+                    report["sections"][section].append(row)
+                    log(progress_line(row))
+                    _save(report)
+
+
+def _save(report: dict[str, Any]) -> None:
+    path = Path(report["json_path"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(report, indent=2))
+    tmp.replace(path)
+
+
+def _names(value: str | None, choices: Sequence[str], what: str) -> list[str]:
+    names = [n.strip() for n in (value or "").split(",") if n.strip()]
+    unknown = [n for n in names if n not in choices]
+    if unknown:
+        raise ValueError(f"unknown {what} {', '.join(unknown)}; choose from {', '.join(choices)}")
+    return names
+
+
+def run_cli(
+    models: str | None, what: str | None, quick: bool, json_path: str | None, threads: int = 2
+) -> int:
+    """``verl bench``: parse the comma lists, run, return the exit status."""
+    try:
+        model_names = _names(models, list(default_specs()), "model") or (
+            QUICK_MODELS if quick else list(default_specs())
+        )
+        sections = _names(what, list(SECTIONS), "section") or list(SECTIONS)
+    except ValueError as e:
+        print(f"verl bench: {e}", file=sys.stderr)
+        return 2
+    report = run_bench(model_names, sections, QUICK if quick else FULL, threads, json_path)
+    if report.get("interrupted"):
+        return 130
+    failed = [r for rows in report["sections"].values() for r in rows if r["status"] == "error"]
+    return 1 if failed else 0
