@@ -69,6 +69,7 @@ def test_rollout_rows_cover_every_engine_batch_and_length(report):
         assert _positive(r["tokens_per_s"]) and _positive(r["median_s"]) and _positive(r["peak_rss_mb"])
         assert r["peak_delta_mb"] >= 0 and r["repeats"] >= MIN_REPEATS == len(r["times_s"])
         assert r["torch_threads"] == 1
+        assert r["others_cpu_pct"] is None or 0 <= r["others_cpu_pct"] <= 100
 
 
 def test_train_rows_padded_measured_packed_measured_or_explained(report):

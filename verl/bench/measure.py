@@ -16,11 +16,15 @@ bench. Inside that process:
    top of the loaded model and inputs (activations, KV cache, gradients, optimizer state).
 
 tracemalloc would miss torch's allocations entirely (they are not Python objects), hence RSS.
+
+While the runs go, :class:`ContentionMeter` measures how much CPU other processes took: on a shared
+machine that is what makes a number untrustworthy, and each row reports it.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import resource
 import statistics
 import sys
@@ -163,6 +167,47 @@ def time_runs(
     return warm_times, times, outputs
 
 
+# ---------------------------------------------------------------------------------------------- contention
+
+_PROC_STAT = Path("/proc/stat")
+
+
+def _machine_busy_s() -> float | None:
+    """CPU seconds all processes on the machine have spent busy since boot (Linux), else None."""
+    try:
+        fields = [int(x) for x in _PROC_STAT.read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # every thread of this process
+    return usage.ru_utime + usage.ru_stime
+
+
+class ContentionMeter:
+    """Share of the machine's CPU time that OTHER processes used while it ran: the machine's busy time
+    (/proc/stat) minus this process's own (getrusage), over wall time x CPUs. Above a few percent the
+    timings are slower and noisier than on an idle machine; with every core used by the bench's threads,
+    a thread descheduled in favour of another process stalls its whole OpenMP team."""
+
+    def __enter__(self) -> ContentionMeter:
+        self.others_pct: float | None = None
+        self._start = (time.perf_counter(), _machine_busy_s(), _own_cpu_s())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall0, busy0, own0 = self._start
+        busy1 = _machine_busy_s()
+        if busy0 is None or busy1 is None:
+            return
+        wall = time.perf_counter() - wall0
+        others = (busy1 - busy0) - (_own_cpu_s() - own0)
+        self.others_pct = 100 * max(others, 0.0) / max(wall * (os.cpu_count() or 1), 1e-9)
+
+
 def median(values: list[float]) -> float:
     return float(statistics.median(values))
 
@@ -187,7 +232,8 @@ def execute(setup: Setup, case: Case) -> dict[str, Any]:
         make_resident(prepared.modules)
         rss_before = current_rss_mb()
         reset_peak_rss()
-        warm_times, times, outputs = time_runs(prepared.run, case.warmup, case.repeats, case.budget_s)
+        with ContentionMeter() as contention:
+            warm_times, times, outputs = time_runs(prepared.run, case.warmup, case.repeats, case.budget_s)
         peak = peak_rss_mb()
     finally:
         prepared.close()
@@ -200,6 +246,7 @@ def execute(setup: Setup, case: Case) -> dict[str, Any]:
         "rss_after_setup_mb": rss_before,
         "peak_rss_mb": peak,
         "peak_delta_mb": None if rss_before is None else max(peak - rss_before, 0.0),
+        "others_cpu_pct": contention.others_pct,
     }
 
 

@@ -35,7 +35,7 @@ def _memory(row: dict[str, Any]) -> list[Any]:
         row.get("peak_delta_mb"),
         row.get("repeats"),
         _spread(row),
-        row.get("load_average"),
+        row.get("others_cpu_pct"),
     ]
 
 
@@ -47,7 +47,7 @@ def _spread(row: dict[str, Any]) -> float | None:
     return 100 * (max(times) - min(times)) / sorted(times)[len(times) // 2]
 
 
-MEMORY_HEADERS = ["peak MB", "+MB", "reps", "spread %", "load"]
+MEMORY_HEADERS = ["peak MB", "+MB", "reps", "spread %", "others %"]
 
 
 def rollout_table(rows: list[dict[str, Any]]) -> str:
@@ -146,7 +146,7 @@ def render(report: dict[str, Any]) -> str:
         f"(fewer when runs would exceed {settings['budget_s']:.0f}s, at least {settings['min_repeats']})",
         f"memory: {settings['memory_method']}",
         "columns: peak MB / +MB = peak RSS / its excess over the RSS after setup; spread % = (slowest - fastest) "
-        "timed run / median; load = 1-minute load average after the row",
+        "timed run / median; others % = share of the machine's CPU time other processes used during the timed runs",
         "models: "
         + ", ".join(
             f"{m['name']} ({m['n_params'] / 1e6:.1f}M params, {m['description']})" for m in report["models"]
@@ -166,19 +166,22 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+BUSY_PCT = 5.0
+"""Share of the machine's CPU used by other processes during a row above which the row is flagged."""
+
+
 def _busy_warning(report: dict[str, Any]) -> str | None:
-    """A warning when other processes loaded the machine: the numbers are then pessimistic and noisy."""
-    env = report["machine"]
-    loads = [env.get("load_average_start"), env.get("load_average_end")]
-    loads += [r.get("load_average") for rows in report["sections"].values() for r in rows]
-    loads = [x for x in loads if x is not None]
-    cpus = env.get("cpu_count") or 1
-    # The bench's own threads count too, and the 1-minute average lags: only a clear excess is a warning.
-    if not loads or max(loads) <= cpus + 0.5:
+    """A warning naming the rows that ran while other processes used the CPUs: their times are slower and
+    noisier than on an idle machine (with every core running a bench thread, each preemption stalls the
+    whole OpenMP team)."""
+    rows = [r for rows in report["sections"].values() for r in rows if r["status"] == "ok"]
+    busy = [r for r in rows if (r.get("others_cpu_pct") or 0) > BUSY_PCT]
+    if not busy:
         return None
+    worst = max(r["others_cpu_pct"] for r in busy)
     return (
-        f"warning: the machine was busy (1-minute load average up to {max(loads):.1f} on {cpus} CPUs); other "
-        "processes competed for the CPUs, so these times are slower and noisier than on an idle machine"
+        f"warning: other processes used more than {BUSY_PCT:.0f}% of the CPUs during {len(busy)} of {len(rows)} "
+        f"rows (up to {worst:.0f}%, column 'others %'): those times are slower and noisier than on an idle machine"
     )
 
 

@@ -103,6 +103,7 @@ def measure(case: Case, isolate: bool, unavailable: dict[str, str]) -> dict[str,
         "rss_after_setup_mb": result["rss_after_setup_mb"],
         "peak_rss_mb": result["peak_rss_mb"],
         "peak_delta_mb": result["peak_delta_mb"],
+        "others_cpu_pct": result["others_cpu_pct"],
         "load_average": load_average(),
     }
 
