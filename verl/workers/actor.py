@@ -65,16 +65,8 @@ class Actor(TrainedModel):
     shared with the rollout; a reference actor has no optimizer and is never wrapped (see TrainedModel).
     """
 
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        config: Any,
-        optimizer=None,
-        lr_scheduler=None,
-        seed: int | None = None,
-    ) -> None:
-        super().__init__(model, optimizer, lr_scheduler, seed)
-        self.config = config
+    def __init__(self, model: torch.nn.Module, config: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(model, config, *args, **kwargs)
         self.policy_loss_fn = get_policy_loss_fn(config.policy_loss.loss_mode)
 
     @torch.no_grad()

@@ -7,7 +7,6 @@ gradients, and the loss normalisation and metrics use counts and sums over all r
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
 
 import torch
 
@@ -40,17 +39,6 @@ class Critic(TrainedModel):
 
     ``self.model`` is trained (DDP when data parallel), ``self.module`` (plain) computes values.
     """
-
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        config: Any,
-        optimizer=None,
-        lr_scheduler=None,
-        seed: int | None = None,
-    ) -> None:
-        super().__init__(model, optimizer, lr_scheduler, seed)
-        self.config = config
 
     @torch.no_grad()
     def compute_values(self, data: DataProto, micro_batch_size: int | None) -> torch.Tensor:

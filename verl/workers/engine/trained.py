@@ -29,7 +29,7 @@ def shuffle_generator(seed: int | None) -> torch.Generator:
 
 
 class TrainedModel:
-    """A module with its optimizer, LR schedule and shuffle generator.
+    """A module with its role config, optimizer, LR schedule and shuffle generator.
 
     ``model`` may be a plain module or one already wrapped in DDP. With an optimizer (it is trained)
     and distributed on, it is wrapped in DDP here: a collective, so every rank builds it together.
@@ -38,8 +38,14 @@ class TrainedModel:
     """
 
     def __init__(
-        self, model: torch.nn.Module, optimizer: Any = None, lr_scheduler: Any = None, seed: int | None = None
+        self,
+        model: torch.nn.Module,
+        config: Any,
+        optimizer: Any = None,
+        lr_scheduler: Any = None,
+        seed: int | None = None,
     ) -> None:
+        self.config = config
         self.module = unwrap(model)
         self.model = wrap_ddp(model) if optimizer is not None else model
         self.optimizer = optimizer
