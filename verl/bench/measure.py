@@ -5,7 +5,8 @@ torch, transformers and verl, so a case pays no import time, starts with no memo
 earlier case, and a case that crashes or runs out of memory becomes an error row instead of ending the
 bench. Inside that process:
 
-1. ``setup(case)`` loads the model and builds the inputs (not timed);
+1. ``setup(case)`` loads the model and builds the inputs (not timed), and every weight is read once
+   (memory-mapped weights would otherwise become resident during the first run and count as its memory);
 2. the resident set size (RSS) is read, and the kernel's RSS high-water mark is reset
    (``/proc/self/clear_refs``), so the peak that follows belongs to the work alone;
 3. ``warmup`` untimed runs (first calls pay for lazy initialisation, allocator growth and kernel
@@ -206,6 +207,31 @@ class ContentionMeter:
         wall = time.perf_counter() - wall0
         others = (busy1 - busy0) - (_own_cpu_s() - own0)
         self.others_pct = 100 * max(others, 0.0) / max(wall * (os.cpu_count() or 1), 1e-9)
+
+
+BUSY_PCT = 5.0
+"""Share of the machine's CPU used by other processes above which a measurement counts as disturbed."""
+
+
+def cpu_busy_pct(seconds: float) -> float | None:
+    """Share of the machine's CPU time spent busy (by any process) over the next ``seconds``."""
+    busy0, start = _machine_busy_s(), time.perf_counter()
+    time.sleep(seconds)
+    busy1 = _machine_busy_s()
+    if busy0 is None or busy1 is None:
+        return None
+    return 100 * (busy1 - busy0) / ((time.perf_counter() - start) * (os.cpu_count() or 1))
+
+
+def wait_for_idle(timeout_s: float, sample_s: float = 0.5) -> float | None:
+    """Wait (at most ``timeout_s``) until the CPUs are nearly idle; returns the last busy share seen.
+    Called between cases, when the bench itself uses no CPU, so any load is someone else's."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        busy = cpu_busy_pct(sample_s)
+        if busy is None or busy <= BUSY_PCT or time.monotonic() >= deadline:
+            return busy
+        time.sleep(sample_s)
 
 
 def median(values: list[float]) -> float:

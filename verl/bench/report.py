@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from verl.bench.measure import BUSY_PCT
+
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """Right-aligned plain-text columns (numbers read best aligned on the right)."""
@@ -143,10 +145,13 @@ def render(report: dict[str, Any]) -> str:
         f"transformers {env['transformers']}, torch threads {env['torch_threads']}, "
         f"attention {env['attn_implementation']}",
         f"timing: median of up to {settings['repeats']} runs after {settings['warmup']} warm-up run(s) "
-        f"(fewer when runs would exceed {settings['budget_s']:.0f}s, at least {settings['min_repeats']})",
+        f"(fewer when runs would exceed {settings['budget_s']:.0f}s, at least {settings['min_repeats']}); a case "
+        f"during which other processes used over {BUSY_PCT:.0f}% of the CPUs is measured again (at most "
+        f"{settings.get('contention_retries', 0)} more attempts) and the least disturbed attempt kept",
         f"memory: {settings['memory_method']}",
-        "columns: peak MB / +MB = peak RSS / its excess over the RSS after setup; spread % = (slowest - fastest) "
-        "timed run / median; others % = share of the machine's CPU time other processes used during the timed runs",
+        "columns: peak MB / +MB = peak RSS / its excess over the RSS after setup; spread % = (slowest - "
+        "fastest) timed run / median; others % = share of the machine's CPU time used by other processes "
+        "meanwhile",
         "models: "
         + ", ".join(
             f"{m['name']} ({m['n_params'] / 1e6:.1f}M params, {m['description']})" for m in report["models"]
@@ -164,10 +169,6 @@ def render(report: dict[str, Any]) -> str:
     if skipped:
         parts += ["", "skipped / failed:"] + [f"  {s['what']}: {_first_line(s['reason'])}" for s in skipped]
     return "\n".join(parts)
-
-
-BUSY_PCT = 5.0
-"""Share of the machine's CPU used by other processes during a row above which the row is flagged."""
 
 
 def _busy_warning(report: dict[str, Any]) -> str | None:

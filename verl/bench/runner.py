@@ -13,7 +13,15 @@ from typing import Any
 
 from verl.bench import rollout, step, training
 from verl.bench.common import load_average, machine_info, write_task_data
-from verl.bench.measure import MIN_REPEATS, Case, CaseFailed, memory_method, run_case
+from verl.bench.measure import (
+    BUSY_PCT,
+    MIN_REPEATS,
+    Case,
+    CaseFailed,
+    memory_method,
+    run_case,
+    wait_for_idle,
+)
 from verl.bench.models import (
     ModelSpec,
     ModelUnavailable,
@@ -42,6 +50,10 @@ class BenchSizes:
     warmup: int = 1
     repeats: int = 5
     budget_s: float = 60.0
+    contention_retries: int = 2
+    """measure a case again when other processes took more than BUSY_PCT of the CPUs meanwhile"""
+    idle_wait_s: float = 120.0
+    """before each attempt, wait at most this long for the machine to go idle"""
 
 
 FULL = BenchSizes()
@@ -52,6 +64,8 @@ QUICK = replace(
     train_max_response_length=32,
     repeats=3,
     budget_s=10.0,
+    contention_retries=1,
+    idle_wait_s=15.0,
 )
 QUICK_MODELS = ["tiny"]
 
@@ -76,8 +90,15 @@ def section_cases(
     return step.cases(model.name, path, sizes.step_micro_batch, **common)
 
 
-def measure(case: Case, isolate: bool, unavailable: dict[str, str]) -> dict[str, Any]:
-    """One row: the case's parameters, its summary and raw timings, or why it has no numbers."""
+def measure(
+    case: Case, isolate: bool, unavailable: dict[str, str], sizes: BenchSizes = FULL
+) -> dict[str, Any]:
+    """One row: the case's parameters, its summary and raw timings, or why it has no numbers.
+
+    An attempt during which other processes took more than BUSY_PCT of the CPUs is repeated (up to
+    ``sizes.contention_retries`` times, each after waiting for the machine to go idle); the least
+    disturbed attempt is kept, and every attempt's contention is in ``attempts_others_cpu_pct``.
+    """
     row: dict[str, Any] = {
         "section": case.section,
         "model": case.model,
@@ -89,10 +110,19 @@ def measure(case: Case, isolate: bool, unavailable: dict[str, str]) -> dict[str,
     if mode in unavailable:
         return {**row, "status": "not available", "reason": unavailable[mode]}
     module = SECTIONS[case.section]
-    try:
-        result = run_case(module.setup, case, isolate=isolate, preload=PRELOAD)
-    except CaseFailed as e:
-        return {**row, "status": "error", "reason": str(e)}
+    result, attempts = None, []
+    for _ in range(1 + sizes.contention_retries):
+        wait_for_idle(sizes.idle_wait_s)
+        try:
+            attempt = run_case(module.setup, case, isolate=isolate, preload=PRELOAD)
+        except CaseFailed as e:
+            return {**row, "status": "error", "reason": str(e)}
+        others = attempt["others_cpu_pct"] or 0.0
+        attempts.append(attempt["others_cpu_pct"])
+        if result is None or others < (result["others_cpu_pct"] or 0.0):
+            result = attempt
+        if others <= BUSY_PCT:
+            break
     return {
         **row,
         **module.summarize(case, result),
@@ -104,6 +134,7 @@ def measure(case: Case, isolate: bool, unavailable: dict[str, str]) -> dict[str,
         "peak_rss_mb": result["peak_rss_mb"],
         "peak_delta_mb": result["peak_delta_mb"],
         "others_cpu_pct": result["others_cpu_pct"],
+        "attempts_others_cpu_pct": attempts,
         "load_average": load_average(),
     }
 
@@ -114,7 +145,14 @@ def progress_line(row: dict[str, Any]) -> str:
     if row["status"] != "ok":
         return f"{head}: {row['status']}"
     tokens = f"{row['tokens_per_s']:,.0f} tokens/s, " if row.get("tokens_per_s") else ""
-    return f"{head}: {tokens}{row['median_s']:.3f} s/run, peak {row['peak_rss_mb']:,.0f} MB ({row['repeats']} runs)"
+    others = row.get("others_cpu_pct")
+    contention = f", others {others:.0f}%" if others is not None else ""
+    attempts = len(row["attempts_others_cpu_pct"])
+    retried = f", attempt {attempts}" if attempts > 1 else ""
+    return (
+        f"{head}: {tokens}{row['median_s']:.3f} s/run, peak {row['peak_rss_mb']:,.0f} MB "
+        f"({row['repeats']} runs{contention}{retried})"
+    )
 
 
 def run_bench(
@@ -198,7 +236,7 @@ def _measure_all(
             report["models"].append({**model.__dict__, "path": str(model.path)})
             for section in sections:
                 for case in section_cases(section, model, sizes, common):
-                    row = measure(case, isolate, unavailable)
+                    row = measure(case, isolate, unavailable, sizes)
                     report["sections"][section].append(row)
                     log(progress_line(row))
                     _save(report)

@@ -14,10 +14,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from verl.bench.common import PROMPT_WIDTH_LIMIT, attn_implementation
+from verl.bench.common import PROMPT_WIDTH_LIMIT, attn_implementation, recipe_config
 from verl.bench.measure import Case, Prepared, median
 from verl.bench.rollout import engines
-from verl.config import load_config
 from verl.data import collate_rl, iterate_batches
 from verl.trainer.rl_trainer import RLTrainer
 
@@ -37,8 +36,8 @@ def cases(model: str, model_path: str, micro_batch: int | None, **common: Any) -
 
 def micro_batch_overrides(micro_batch: int | None) -> list[str]:
     """Rows per forward pass of the update and the log-prob pass. The recipe leaves them unset (the whole
-    batch of 128 at once): fine for the tiny model, but SmolLM2's 49k-token vocabulary would then need
-    about 14 GB for the logits alone. The update's result does not depend on it (the loss is normalised
+    batch of 128 at once): fine for the tiny model, but with SmolLM2's 49k-token vocabulary the step then
+    peaked at 14 GB, mostly logits. The update's result does not depend on it (the loss is normalised
     by mini-batch counts), only its speed and memory do."""
     if micro_batch is None:
         return []
@@ -50,8 +49,7 @@ def micro_batch_overrides(micro_batch: int | None) -> list[str]:
 
 def step_config(case: Case, out_dir: str) -> Any:
     data = Path(case.data_dir)
-    return load_config(
-        "grpo",
+    return recipe_config(
         [
             f"data.train_files={data / 'train.parquet'}",
             f"data.val_files={data / 'test.parquet'}",
