@@ -90,6 +90,10 @@ def test_rl_run_on_ray_with_two_actor_workers(tiny_model_dir, arithmetic_files, 
         "trainer.n_gpus_per_node=2",
         "trainer.torch_threads=1",
         "trainer.trace=true",
+        # Packed, token-budget micro-batches under DDP; rows balanced by length across the two workers.
+        "actor_rollout_ref.model.use_remove_padding=true",
+        "actor_rollout_ref.actor.use_dynamic_bsz=true",
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=64",
     )
     trainer = RLTrainer(config)
     try:
@@ -101,6 +105,11 @@ def test_rl_run_on_ray_with_two_actor_workers(tiny_model_dir, arithmetic_files, 
     assert [r["step"] for r in records] == [0, 1, 2]
     assert "val-core/arithmetic/acc/mean@1" in summary["val_after"]
     assert all(torch.isfinite(torch.tensor(r["actor/pg_loss"])) for r in records[1:])
+    for r in records[1:]:
+        assert (
+            r["global_seqlen/balanced_max"] - r["global_seqlen/balanced_min"]
+            <= r["global_seqlen/minmax_diff"]
+        )
     page = (tmp_path / "trace.html").read_text()
     assert "cross-process" in page and "update_actor" in page
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -287,3 +288,81 @@ def test_dummy_rollout_engine_trains(tiny_model_dir, arithmetic_files, tmp_path)
     summary = RLTrainer(config, reward_fn=parity_reward).fit()
     record = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
     assert record["actor/grad_norm"] > 0 and "val-core/arithmetic/acc/mean@1" in summary["val_after"]
+
+
+def one_step(config, reward_fn=parity_reward):
+    """Run one RL step; its metrics record and the actor's weights."""
+    trainer = RLTrainer(config, reward_fn=reward_fn)
+    trainer.fit()
+    metrics_file = Path(config.trainer.default_local_dir) / "metrics.jsonl"
+    record = json.loads(metrics_file.read_text().splitlines()[-1])
+    return trainer, record, actor_module(trainer).state_dict()
+
+
+@pytest.mark.parametrize("recipe", ["grpo", "ppo"])
+def test_padding_free_training_gives_the_same_update(recipe, tiny_model_dir, arithmetic_files, tmp_path):
+    """Packed sequences in token-budget micro-batches (several per mini-batch, rows reordered) update the
+    policy (and critic) like padded fixed-size micro-batches: same losses, same weights."""
+    common = [
+        "trainer.total_training_steps=1",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "actor_rollout_ref.actor.use_kl_loss=true",
+        "actor_rollout_ref.actor.recompute_old_log_prob=true",
+    ]
+    # 32 prompt + 6 response tokens at most: a 48-token budget holds 2-4 of these rows.
+    packed = [
+        "actor_rollout_ref.model.use_remove_padding=true",
+        "actor_rollout_ref.actor.use_dynamic_bsz=true",
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=48",
+    ]
+    runs = []
+    for name, extra in (("padded", []), ("packed", packed)):
+        config = small_config(
+            tiny_model_dir, arithmetic_files, tmp_path / name, *common, *extra, recipe=recipe
+        )
+        trainer, record, weights = one_step(config)
+        actor = trainer.group("actor_rollout").workers[0]
+        assert actor.actor.scorer.remove_padding == (name == "packed")
+        assert (actor.module.config._attn_implementation == "verl_varlen") == (name == "packed")
+        critic = trainer.group("critic").workers[0].module.state_dict() if trainer.need_critic else {}
+        runs.append((record, weights, critic))
+    (rec_a, weights_a, critic_a), (rec_b, weights_b, critic_b) = runs
+    for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm", "critic/vf_loss"):
+        if key in rec_a:
+            assert rec_b[key] == pytest.approx(rec_a[key], rel=1e-4, abs=1e-6), key
+    for a, b in ((weights_a, weights_b), (critic_a, critic_b)):
+        for key in a:
+            torch.testing.assert_close(b[key], a[key], atol=1e-5, rtol=1e-4)
+
+
+def test_fast_rollout_log_probs_replace_the_old_log_prob_pass(tiny_model_dir, arithmetic_files, tmp_path):
+    """Off-policy (two optimizer steps per RL step) the old log-probs are needed; the fast engine returns
+    them with the samples, so the recompute pass is skipped and the update is the same."""
+    common = [
+        "trainer.total_training_steps=1",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "actor_rollout_ref.rollout.name=fast",
+    ]
+    runs = []
+    for recompute in ("true", "null"):
+        config = small_config(
+            tiny_model_dir,
+            arithmetic_files,
+            tmp_path / recompute,
+            *common,
+            f"actor_rollout_ref.actor.recompute_old_log_prob={recompute}",
+        )
+        trainer, record, weights = one_step(config)
+        assert trainer.recompute_old_log_prob == (recompute == "true")
+        assert trainer.old_log_probs_from_rollout == (recompute == "null")
+        runs.append((record, weights))
+    (with_pass, weights_a), (without_pass, weights_b) = runs
+    # With both present the run reports how far the engine's probabilities are from the actor's.
+    assert with_pass["training/rollout_probs_diff_max"] < 1e-5
+    assert without_pass["timing_s/old_log_prob"] == 0.0 < with_pass["timing_s/old_log_prob"]
+    assert without_pass["actor/pg_loss"] == pytest.approx(with_pass["actor/pg_loss"], abs=1e-5)
+    assert without_pass["actor/ppo_kl"] == pytest.approx(with_pass["actor/ppo_kl"], abs=1e-5)
+    for key in weights_a:
+        torch.testing.assert_close(weights_b[key], weights_a[key], atol=1e-5, rtol=1e-4)

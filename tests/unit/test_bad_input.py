@@ -692,8 +692,9 @@ def test_oom_other_errors_pass_through_and_knobs_already_set_are_left_out():
     assert "gradient_checkpointing" not in message  # already on
     # Settings the config does not hold are named without a value.
     assert (
-        "To fit: lower actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu; lower data.max_response_length."
-        in message
+        "To fit: lower actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu; lower "
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu; lower actor_rollout_ref.model.log_prob_chunk_size; "
+        "lower data.max_response_length." in message
     )
 
 

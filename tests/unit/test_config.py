@@ -478,3 +478,31 @@ def test_schema_fields_cover_verl_names() -> None:
     ]:
         assert key in fields, key
     assert fields["prepare.task_kwargs"].freeform and not fields["data.train_files"].freeform
+
+
+def test_token_budgets_follow_the_actor_and_must_hold_the_longest_sequence() -> None:
+    from verl.config import derive_sizes
+
+    cfg = load_config(
+        "grpo", [f"{ARR}.actor.use_dynamic_bsz=true", f"{ARR}.actor.ppo_max_token_len_per_gpu=100"]
+    )
+    sizes = derive_sizes(cfg)
+    # Unset rollout / ref / critic budgets follow the actor's; the value pass follows the critic update.
+    assert sizes.actor_max_tokens == sizes.log_prob_max_tokens == sizes.ref_max_tokens == 100
+    assert sizes.critic_max_tokens == sizes.critic_forward_max_tokens == 100
+    assert "up to 100 tokens (use_dynamic_bsz)" in sizes.describe()
+    cfg = load_config(
+        "grpo",
+        [f"{ARR}.rollout.log_prob_use_dynamic_bsz=true", f"{ARR}.rollout.log_prob_max_token_len_per_gpu=64"],
+    )
+    sizes = derive_sizes(cfg)
+    assert sizes.actor_max_tokens is None and sizes.log_prob_max_tokens == 64 and sizes.ref_max_tokens is None
+    # The grpo recipe's sequences reach 32 + 8 = 40 tokens: a 39-token budget could never hold one.
+    with pytest.raises(ConfigError, match=r"rollout\.log_prob_max_token_len_per_gpu \(here 39.*= 40"):
+        load_config(
+            "grpo",
+            [
+                f"{ARR}.rollout.log_prob_use_dynamic_bsz=true",
+                f"{ARR}.rollout.log_prob_max_token_len_per_gpu=39",
+            ],
+        )

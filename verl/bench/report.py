@@ -102,12 +102,13 @@ def train_table(rows: list[dict[str, Any]]) -> str:
 def step_table(rows: list[dict[str, Any]]) -> str:
     ok = [r for r in rows if r["status"] == "ok"]
     stages = list(dict.fromkeys(s for r in ok for s in r["stages_s"]))
-    headers = ["model", "engine", "samples", "micro", "step s", "tokens/s", *[f"{s} s" for s in stages]]
-    headers += MEMORY_HEADERS
+    headers = ["model", "engine", "training", "samples", "micro", "step s", "tokens/s"]
+    headers += [f"{s} s" for s in stages] + MEMORY_HEADERS
     body = [
         [
             r["model"],
             r["engine"],
+            r.get("training", "padded"),
             r["samples"],
             r["micro_batch"] or r["samples"],
             r["median_s"],
@@ -187,7 +188,7 @@ def _busy_warning(report: dict[str, Any]) -> str | None:
 
 
 def _row_name(row: dict[str, Any]) -> str:
-    detail = " ".join(f"{k}={row[k]}" for k in ("engine", "mode", "batch", "length") if k in row)
+    detail = " ".join(f"{k}={row[k]}" for k in ("engine", "training", "mode", "batch", "length") if k in row)
     return f"{row['section']} {row['model']} {detail}".strip()
 
 

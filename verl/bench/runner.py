@@ -90,9 +90,7 @@ def section_cases(
     return step.cases(model.name, path, sizes.step_micro_batch, **common)
 
 
-def measure(
-    case: Case, isolate: bool, unavailable: dict[str, str], sizes: BenchSizes = FULL
-) -> dict[str, Any]:
+def measure(case: Case, isolate: bool, sizes: BenchSizes = FULL) -> dict[str, Any]:
     """One row: the case's parameters, its summary and raw timings, or why it has no numbers.
 
     An attempt during which other processes took more than BUSY_PCT of the CPUs is repeated (up to
@@ -106,9 +104,6 @@ def measure(
         "status": "ok",
         "reason": None,
     }
-    mode = case.params.get("mode")
-    if mode in unavailable:
-        return {**row, "status": "not available", "reason": unavailable[mode]}
     module = SECTIONS[case.section]
     result, attempts = None, []
     for _ in range(1 + sizes.contention_retries):
@@ -216,7 +211,6 @@ def _measure_all(
 ) -> None:
     """Every case of every section on every model, appending rows to ``report`` (saved after each row:
     an interrupted or crashed long run keeps what it measured)."""
-    unavailable = training.unavailable_modes() if "train" in sections else {}
     with tempfile.TemporaryDirectory(prefix="verl-bench-data-") as data_dir:
         write_task_data(Path(data_dir))
         common = dict(
@@ -236,7 +230,7 @@ def _measure_all(
             report["models"].append({**model.__dict__, "path": str(model.path)})
             for section in sections:
                 for case in section_cases(section, model, sizes, common):
-                    row = measure(case, isolate, unavailable, sizes)
+                    row = measure(case, isolate, sizes)
                     report["sections"][section].append(row)
                     log(progress_line(row))
                     _save(report)

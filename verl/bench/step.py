@@ -5,6 +5,10 @@ sizes) on the arithmetic task, pointed at the bench model, once per rollout engi
 ``train_step``; the rows report the medians of its ``timing_s/*`` metrics (``gen``, ``reward``,
 ``old_log_prob``, ``adv``, ``update_actor``, ``step``) and of ``perf/throughput`` (prompt + response
 tokens per second of the whole step). Validation, checkpoints and logging are not part of a step.
+
+Every engine runs with padded training (the recipe as it is); every engine but HF ``generate`` also
+with padding-free training (``TRAINING["packed"]``), so the table holds the baseline (hf, padded)
+and the fastest configuration side by side.
 """
 
 from __future__ import annotations
@@ -27,10 +31,17 @@ STEP_PROMPT_POOL = 512
 STAGES = ["gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor"]
 
 
+TRAINING: dict[str, list[str]] = {
+    "padded": [],
+    "packed": ["actor_rollout_ref.model.use_remove_padding=true"],
+}
+
+
 def cases(model: str, model_path: str, micro_batch: int | None, **common: Any) -> list[Case]:
+    variants = [(e, "padded") for e in engines()] + [(e, "packed") for e in engines() if e != "hf"]
     return [
-        Case("step", model, model_path, {"engine": e, "micro_batch": micro_batch}, **common)
-        for e in engines()
+        Case("step", model, model_path, {"engine": e, "training": t, "micro_batch": micro_batch}, **common)
+        for e, t in variants
     ]
 
 
@@ -66,6 +77,7 @@ def step_config(case: Case, out_dir: str) -> Any:
             "trainer.logger=[]",
             "prepare.enable=false",
             *micro_batch_overrides(case.params["micro_batch"]),
+            *TRAINING[case.params.get("training", "padded")],
         ],
     )
 

@@ -7,8 +7,8 @@ random advantages. The whole batch is one mini-batch (one optimizer step), split
 
 tokens/s counts real tokens only (prompt + response, the ``attention_mask`` sum, as ``perf/throughput``
 does), so padded and packed rows are comparable: they do the same useful work, the padded one also
-computes on the padding. "packed" is the recipe with ``PACKED_OVERRIDES``; while the config refuses them
-(padding-free training is not built yet) its row says "not available" with the reason.
+computes on the padding. "packed" is the recipe with ``MODES["packed"]``: the same micro-batches of rows,
+each packed into one sequence (verl.workers.engine.packing).
 """
 
 from __future__ import annotations
@@ -19,27 +19,15 @@ import torch
 
 from verl.bench.common import PROMPT_WIDTH_LIMIT, attn_implementation, load_prompts, recipe_config
 from verl.bench.measure import Case, Prepared, median
-from verl.config import ConfigError, derive_sizes
+from verl.config import derive_sizes
 from verl.protocol import DataProto
 from verl.workers.roles import ActorRolloutRefWorker
 from verl.workers.rollout.base import assemble_rollout_output
 
 MODES: dict[str, list[str]] = {
     "padded": [],
-    # verl's key for padding-free (packed) training; edit here if packing lands under another switch.
     "packed": ["actor_rollout_ref.model.use_remove_padding=true"],
 }
-
-
-def unavailable_modes() -> dict[str, str]:
-    """Modes the config refuses on this checkout, with its reason (e.g. packing not built yet)."""
-    refused = {}
-    for mode, overrides in MODES.items():
-        try:
-            recipe_config(overrides)
-        except ConfigError as e:
-            refused[mode] = str(e)
-    return refused
 
 
 def cases(

@@ -78,7 +78,11 @@ class ModelConfig:
     enable_gradient_checkpointing: bool = False
     """recompute activations in the backward pass to save memory"""
     use_remove_padding: bool = False
-    """pack sequences without padding in the forward pass (where supported)"""
+    """padding-free forward passes: each micro-batch's real tokens packed into one sequence, attention
+    kept within each sequence (flash-attn varlen on GPU, per-row SDPA otherwise)"""
+    log_prob_chunk_size: int = 1024
+    """response tokens per pass through the LM head when computing log-probs: full-vocabulary logits
+    exist for at most this many tokens at once (recomputed in backward); 0 = all at once"""
     override_config: dict[str, Any] = field(default_factory=dict)
     """free-form overrides applied to the transformers model config"""
 
@@ -136,9 +140,10 @@ class ActorConfig:
     ppo_micro_batch_size_per_gpu: Optional[int] = None
     """samples per forward/backward pass; None = the whole mini-batch (no gradient accumulation)"""
     use_dynamic_bsz: bool = False
-    """pack micro-batches by token count (ppo_max_token_len_per_gpu) instead of sample count"""
+    """form micro-batches by real-token count (ppo_max_token_len_per_gpu) instead of sample count; the
+    log-prob passes follow unless rollout/ref.log_prob_use_dynamic_bsz say otherwise"""
     ppo_max_token_len_per_gpu: int = 16384
-    """token budget per micro-batch when use_dynamic_bsz is on"""
+    """real tokens (prompt + response) per micro-batch when use_dynamic_bsz is on"""
     ppo_epochs: int = 1
     """passes over each RL batch"""
     shuffle: bool = False
@@ -214,6 +219,10 @@ class RolloutConfig:
     """sample (True) or decode greedily (False)"""
     log_prob_micro_batch_size_per_gpu: Optional[int] = None
     """samples per forward pass when recomputing old log-probs; None = whole batch"""
+    log_prob_use_dynamic_bsz: Optional[bool] = None
+    """old log-prob pass: micro-batches by token count; None = actor.use_dynamic_bsz"""
+    log_prob_max_token_len_per_gpu: Optional[int] = None
+    """old log-prob pass: real tokens per micro-batch; None = actor.ppo_max_token_len_per_gpu"""
     calculate_log_probs: bool = False
     """return the engine's own log-probs with each response"""
     micro_batch_size: Optional[int] = None
@@ -234,6 +243,10 @@ class RefConfig:
 
     log_prob_micro_batch_size_per_gpu: Optional[int] = None
     """samples per forward pass when computing reference log-probs; None = whole batch"""
+    log_prob_use_dynamic_bsz: Optional[bool] = None
+    """reference pass: micro-batches by token count; None = actor.use_dynamic_bsz"""
+    log_prob_max_token_len_per_gpu: Optional[int] = None
+    """reference pass: real tokens per micro-batch; None = actor.ppo_max_token_len_per_gpu"""
 
 
 @dataclass
@@ -266,6 +279,8 @@ class CriticModelConfig:
     """attention kernel: sdpa | eager | flash_attention_2"""
     enable_gradient_checkpointing: bool = False
     """recompute activations in backward to save memory"""
+    use_remove_padding: Optional[bool] = None
+    """padding-free forward passes (see actor_rollout_ref.model); None = the actor's setting"""
 
 
 @dataclass
@@ -294,6 +309,12 @@ class CriticConfig:
     """max global gradient norm"""
     forward_micro_batch_size_per_gpu: Optional[int] = None
     """samples per forward pass when computing values; None = whole batch"""
+    use_dynamic_bsz: Optional[bool] = None
+    """micro-batches by token count; None = actor.use_dynamic_bsz"""
+    ppo_max_token_len_per_gpu: Optional[int] = None
+    """update: real tokens per micro-batch; None = actor.ppo_max_token_len_per_gpu"""
+    forward_max_token_len_per_gpu: Optional[int] = None
+    """value pass: real tokens per micro-batch; None = ppo_max_token_len_per_gpu"""
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -456,6 +477,9 @@ class TrainerSection:
     and cuda each actor / critic worker reserves one GPU"""
     critic_warmup: int = 0
     """RL steps that train only the critic before the actor starts updating"""
+    balance_batch: bool = True
+    """with several data-parallel workers, reorder each step's samples so that every worker gets about
+    the same number of tokens (metrics global_seqlen/*)"""
     torch_threads: Optional[int] = None
     """torch intra-op CPU threads; None = torch default"""
 

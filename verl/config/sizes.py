@@ -33,6 +33,16 @@ class DerivedSizes:
     """critic passes over the batch per RL step (critic.ppo_epochs, or the actor's)"""
     dp_size: int = 1
     """data-parallel workers of the actor and critic: trainer.nnodes * trainer.n_gpus_per_node"""
+    actor_max_tokens: int | None = None
+    """real tokens per actor update micro-batch (use_dynamic_bsz), or None: micro_batch_samples rows"""
+    log_prob_max_tokens: int | None = None
+    """real tokens per micro-batch of the old log-prob pass, or None (rows)"""
+    ref_max_tokens: int | None = None
+    """real tokens per micro-batch of the reference log-prob pass, or None (rows)"""
+    critic_max_tokens: int | None = None
+    """real tokens per critic update micro-batch, or None (rows)"""
+    critic_forward_max_tokens: int | None = None
+    """real tokens per micro-batch of the value pass, or None (rows)"""
 
     def describe(self) -> str:
         """Readable multi-line summary for logs."""
@@ -50,8 +60,12 @@ class DerivedSizes:
                 f"  samples per step:            {self.samples_per_step} ({self.prompts_per_step} prompts x {n})",
                 f"  mini-batch:                  {self.mini_batch_samples} samples"
                 f" ({plural(mini_batches, 'mini-batch', 'es')} per epoch)",
-                f"  micro-batch:                 {self.micro_batch_samples} samples"
-                f" ({plural(self.grad_accum_steps, 'gradient-accumulation step')} per mini-batch)",
+                (
+                    f"  micro-batch:                 up to {self.actor_max_tokens} tokens (use_dynamic_bsz)"
+                    if self.actor_max_tokens
+                    else f"  micro-batch:                 {self.micro_batch_samples} samples"
+                    f" ({plural(self.grad_accum_steps, 'gradient-accumulation step')} per mini-batch)"
+                ),
                 f"  optimizer steps per RL step: {self.optimizer_steps_per_rl_step}"
                 f" ({plural(epochs, 'epoch')} x {plural(mini_batches, 'mini-batch', 'es')})",
                 f"  data-parallel workers:       {self.dp_size}"
@@ -111,6 +125,7 @@ def derive_sizes(cfg: DictConfig) -> DerivedSizes:
             prompts, n, critic_mini_prompts, critic.ppo_micro_batch_size_per_gpu, "critic"
         )
         critic_epochs = int(critic.ppo_epochs or actor.ppo_epochs)
+    budgets = token_budgets(cfg)
     return DerivedSizes(
         prompts_per_step=prompts,
         samples_per_step=prompts * n,
@@ -122,4 +137,46 @@ def derive_sizes(cfg: DictConfig) -> DerivedSizes:
         critic_micro_batch_samples=critic_micro,
         critic_ppo_epochs=critic_epochs,
         dp_size=dp,
+        **budgets,
     )
+
+
+# The setting behind each budget (unset ones fall back to the actor's ppo_max_token_len_per_gpu).
+TOKEN_BUDGET_KEYS = {
+    "actor_max_tokens": "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+    "log_prob_max_tokens": "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+    "ref_max_tokens": "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+    "critic_max_tokens": "critic.ppo_max_token_len_per_gpu",
+    "critic_forward_max_tokens": "critic.forward_max_token_len_per_gpu",
+}
+
+
+def token_budgets(cfg: DictConfig) -> dict[str, int | None]:
+    """Token budget per micro-batch of each pass (verl's dynamic batch size), None where a pass counts
+    rows. Unset rollout / ref / critic settings follow the actor's use_dynamic_bsz and
+    ppo_max_token_len_per_gpu; the critic's value pass follows its update."""
+    arr = cfg.actor_rollout_ref
+    actor = arr.actor
+
+    def budget(use: bool | None, tokens: int | None, default_tokens: int | None) -> int | None:
+        on = actor.use_dynamic_bsz if use is None else use
+        return int(tokens if tokens is not None else default_tokens) if on else None
+
+    max_len = actor.ppo_max_token_len_per_gpu
+    budgets = {
+        "actor_max_tokens": budget(None, None, max_len),
+        "log_prob_max_tokens": budget(
+            arr.rollout.log_prob_use_dynamic_bsz, arr.rollout.log_prob_max_token_len_per_gpu, max_len
+        ),
+        "ref_max_tokens": budget(
+            arr.ref.log_prob_use_dynamic_bsz, arr.ref.log_prob_max_token_len_per_gpu, max_len
+        ),
+    }
+    critic = cfg.get("critic")
+    if critic is not None:
+        critic_len = critic.ppo_max_token_len_per_gpu or max_len
+        budgets["critic_max_tokens"] = budget(critic.use_dynamic_bsz, critic_len, max_len)
+        budgets["critic_forward_max_tokens"] = budget(
+            critic.use_dynamic_bsz, critic.forward_max_token_len_per_gpu, critic_len
+        )
+    return budgets

@@ -10,7 +10,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from verl.config.errors import ConfigError, short_repr
 from verl.config.schema import TrainerConfig
-from verl.config.sizes import derive_sizes
+from verl.config.sizes import TOKEN_BUDGET_KEYS, derive_sizes, token_budgets
 
 TRUNCATION_MODES = ("error", "left", "right")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -126,14 +126,13 @@ def validate(cfg: DictConfig) -> None:
             actor.clip_ratio_schedule,
             ("linear", "cosine"),
         )
-        # verl's keys for padding-free training are accepted so configs port, but refused until built.
-        for key, value in (
-            ("actor_rollout_ref.actor.use_dynamic_bsz", actor.use_dynamic_bsz),
-            ("actor_rollout_ref.model.use_remove_padding", arr.model.use_remove_padding),
-        ):
-            if value:
+        longest = data.max_prompt_length + data.max_response_length
+        for key, budget in token_budgets(cfg).items():
+            if budget is not None and budget < longest:
                 errors.append(
-                    f"{key}=true is not supported yet (padding-free training is planned); set it to false"
+                    f"{TOKEN_BUDGET_KEYS[key]} (here {budget}; unset ones follow "
+                    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu) is a token budget per micro-batch and must hold the "
+                    f"longest sequence, data.max_prompt_length + data.max_response_length = {longest}"
                 )
         if (
             data.train_batch_size >= 1

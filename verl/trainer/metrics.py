@@ -74,3 +74,17 @@ def compute_validation_metrics(
         for name, values in variables.items():
             metrics[f"val-core/{source}/{name}/mean@{n}"] = float(np.mean(values))
     return metrics
+
+
+def rollout_probs_diff(batch: DataProto) -> dict[str, float]:
+    """How far the rollout engine's token probabilities are from the actor's recomputed ones (verl's
+    ``training/rollout_probs_diff_*``): |p_rollout - p_actor| over response tokens."""
+    mask = batch.batch["response_mask"].bool()
+    diff = (batch.batch["rollout_log_probs"].exp() - batch.batch["old_log_probs"].exp()).abs()[mask]
+    if diff.numel() == 0:
+        return {}
+    return {
+        "training/rollout_probs_diff_max": diff.max().item(),
+        "training/rollout_probs_diff_mean": diff.mean().item(),
+        "training/rollout_probs_diff_std": diff.std().item() if diff.numel() > 1 else 0.0,
+    }

@@ -33,12 +33,19 @@ from verl.protocol import DataProto
 from verl.single_controller.flow import Controller, DataChannel, Role, StepOutputs
 from verl.trainer.advantage import apply_kl_penalty, compute_advantage
 from verl.trainer.checkpointing import Checkpointer, drop_metrics_after
-from verl.trainer.metrics import compute_data_metrics, compute_throughput_metrics, compute_validation_metrics
+from verl.trainer.metrics import (
+    compute_data_metrics,
+    compute_throughput_metrics,
+    compute_validation_metrics,
+    rollout_probs_diff,
+)
 from verl.utils.seeding import configure_torch_threads, set_seed
 from verl.utils.timing import marked_timer
 from verl.utils.tracking import Tracking
+from verl.workers.engine.batching import GLOBAL_SEQLEN, balance_across_ranks
 from verl.workers.reward import REWARD_ERROR_KEY
 from verl.workers.roles import ActorRolloutRefWorker, CriticWorker, RewardWorker
+from verl.workers.rollout import get_rollout_class
 
 logger = logging.getLogger(__name__)
 
@@ -80,10 +87,18 @@ class RLTrainer(Controller):
         self.need_ref = config.algorithm.use_kl_in_reward or actor_cfg.use_kl_loss
         enable_critic = config.critic.enable
         self.need_critic = config.algorithm.adv_estimator == "gae" if enable_critic is None else enable_critic
+        self.balance_batch = trainer_cfg.balance_batch and self.sizes.dp_size > 1
+        # The old_log_prob pass recomputes what the rollout's policy gave each token. Skipped when unset and
+        # either nothing needs it (one optimizer step per RL step: the update's own detached log-probs are
+        # the old ones) or the rollout engine returned them (the weights have not changed since).
         self.recompute_old_log_prob = actor_cfg.recompute_old_log_prob
+        rollout_cls = get_rollout_class(config.actor_rollout_ref.rollout.name)
+        self.old_log_probs_from_rollout = False
         if self.recompute_old_log_prob is None:
             on_policy = self.sizes.optimizer_steps_per_rl_step == 1
-            self.recompute_old_log_prob = not on_policy or config.algorithm.use_kl_in_reward
+            needed = not on_policy or config.algorithm.use_kl_in_reward
+            self.old_log_probs_from_rollout = needed and getattr(rollout_cls, "returns_log_probs", False)
+            self.recompute_old_log_prob = needed and not self.old_log_probs_from_rollout
         self.kl_ctrl = (
             get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
         )
@@ -239,10 +254,27 @@ class RLTrainer(Controller):
         With DAPO dynamic sampling (``algorithm.filter_groups``) this reads the scores and, when too
         many groups have no reward variance, generates from ``more_prompts`` until the step is full.
         """
-        batch, scores = self.generate_and_score(self.repeat_prompts(prompts, tag="0"))
+        prompts = self.repeat_prompts(prompts, tag="0")
         if not self.config.algorithm.filter_groups.enable:
-            return batch, scores
-        return self.fill_with_varied_groups(batch, scores, more_prompts)
+            batch = self.balance(self.generate(prompts))
+            return batch, self.score(batch)
+        batch, scores = self.fill_with_varied_groups(*self.generate_and_score(prompts), more_prompts)
+        if self.balance_batch:
+            scores.reorder(balance_across_ranks(batch, self.sizes.dp_size))
+        return batch, scores
+
+    def balance(self, batch: DataChannel) -> DataChannel:
+        """Declare the reordering of a generated batch so that every data-parallel worker of the log-prob
+        and update passes gets about the same number of tokens (``trainer.balance_batch``); with one
+        worker it is the batch itself."""
+        if not self.balance_batch:
+            return batch
+        return self.step(
+            method=_balance_rows,
+            inputs={"batch": batch, "parts": self.sizes.dp_size},
+            outputs=["batch"],
+            name="balance",
+        )["batch"]
 
     def repeat_prompts(self, batch: DataProto, tag: str) -> DataProto:
         """Give each prompt a uid (its group) and repeat it ``rollout.n`` times, consecutively."""
@@ -302,6 +334,10 @@ class RLTrainer(Controller):
             entropys = old.batch["entropys"]
             metrics["actor/entropy"] = masked_mean(entropys, batch.batch["response_mask"]).item()
             batch = batch.union(old.select(batch_keys=["old_log_probs"]))
+            if "rollout_log_probs" in batch.batch:
+                metrics.update(rollout_probs_diff(batch))
+        elif self.old_log_probs_from_rollout:
+            batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]
         for part in (ref, values):
             if part is not None:
                 batch = batch.union(part)
@@ -369,6 +405,7 @@ class RLTrainer(Controller):
         if self._num_gen_batches:
             metrics["train/num_gen_batches"] = self._num_gen_batches
         metrics.update(compute_data_metrics(batch, self.config.data.max_response_length))
+        metrics.update(batch.meta_info.get(GLOBAL_SEQLEN, {}))
         metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
         metrics.update(compute_throughput_metrics(batch, timing["step"], n_devices=self.sizes.dp_size))
         metrics.update({f"worker/restarts/{role}": float(n) for role, n in self.restarts.items()})
@@ -567,3 +604,10 @@ def _varied_groups(batch: DataProto, metric: str) -> DataProto:
         by_group.setdefault(uid, set()).add(value)
     keep = [i for i, uid in enumerate(batch.non_tensor_batch["uid"]) if len(by_group[uid]) > 1]
     return batch.select_idxs(keep)
+
+
+def _balance_rows(batch: DataProto, parts: int) -> dict[str, DataProto]:
+    """Driver step of :meth:`RLTrainer.balance`: a reordered copy (channel values are never changed in place)."""
+    batch = batch.select()
+    balance_across_ranks(batch, parts)
+    return {"batch": batch}

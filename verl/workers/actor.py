@@ -12,78 +12,90 @@ from collections import defaultdict
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from verl.algorithms import agg_loss, anneal, get_policy_loss_fn, kl_penalty
 from verl.algorithms.policy_losses import agg_kwargs
 from verl.protocol import DataProto
+from verl.workers.engine.batching import micro_batches, restore_order
 from verl.workers.engine.distributed import (
     all_reduce_sum,
     dp_world_size,
     gradient_sync,
     local_mini_batch_size,
+    unwrap,
 )
 from verl.workers.engine.optim import clip_and_step, record_optimizer_step, summarize_metrics
+from verl.workers.engine.scoring import PolicyScorer, response_mask_of
 from verl.workers.engine.trained import TrainedModel
 
 
-def logprobs_and_entropy(
-    logits: torch.Tensor, labels: torch.Tensor, with_entropy: bool
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log p(label) per position, and the entropy of the distribution when asked for."""
-    log_probs = F.log_softmax(logits.float(), dim=-1)
-    token_log_probs = log_probs.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
-    entropy = None
-    if with_entropy:
-        entropy = -(log_probs.exp() * log_probs).sum(-1)
-    return token_log_probs, entropy
-
-
 def response_logprobs(
-    model: torch.nn.Module, micro: DataProto, temperature: float, with_entropy: bool
+    scorer: torch.nn.Module, micro: DataProto, temperature: float, with_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Forward the full sequences and score the response tokens (logits divided by the sampling temperature)."""
-    responses = micro.batch["responses"]
-    response_length = responses.shape[1]
-    logits = model(
-        input_ids=micro.batch["input_ids"],
-        attention_mask=micro.batch["attention_mask"],
-        position_ids=micro.batch["position_ids"],
-        use_cache=False,
-    ).logits
-    # The logit at position t predicts token t+1: the response is predicted by the positions just before it.
-    logits = logits[:, -response_length - 1 : -1, :]
-    if temperature != 1.0:
-        logits = logits / temperature
-    return logprobs_and_entropy(logits, responses, with_entropy)
+    """log p of each response token (logits divided by the sampling temperature), and the entropies when
+    asked for: ``[rows, response_length]``, zero at padding. ``scorer`` is a `PolicyScorer` (or DDP
+    around one); a plain causal LM is wrapped in a padded one."""
+    if not isinstance(unwrap(scorer), PolicyScorer):
+        scorer = PolicyScorer(scorer)
+    b = micro.batch
+    return scorer(
+        b["input_ids"],
+        b["attention_mask"],
+        b["position_ids"],
+        b["responses"],
+        response_mask_of(micro),
+        temperature,
+        with_entropy,
+    )
 
 
 class Actor(TrainedModel):
     """Computes log-probs and updates the policy from a batch with advantages.
 
-    ``self.model`` is trained (DDP when data parallel), ``self.module`` (plain) computes log-probs and is
-    shared with the rollout; a reference actor has no optimizer and is never wrapped (see TrainedModel).
+    ``self.module`` is the HF model (shared with the rollout), ``self.scorer`` the `PolicyScorer` around
+    it that computes log-probs, ``self.model`` what is trained (the scorer, in DDP when data parallel);
+    a reference actor has no optimizer and is never wrapped (see TrainedModel). ``remove_padding``
+    packs each micro-batch, ``chunk_size`` bounds the tokens whose full logits exist at once (see
+    `verl.workers.engine.scoring`).
     """
 
-    def __init__(self, model: torch.nn.Module, config: Any, *args: Any, **kwargs: Any) -> None:
-        super().__init__(model, config, *args, **kwargs)
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        config: Any,
+        optimizer: Any = None,
+        lr_scheduler: Any = None,
+        seed: int | None = None,
+        remove_padding: bool = False,
+        chunk_size: int = 0,
+    ) -> None:
+        scorer = PolicyScorer(unwrap(model), remove_padding, chunk_size)
+        super().__init__(model, config, optimizer, lr_scheduler, seed, scorer=scorer)
         self.policy_loss_fn = get_policy_loss_fn(config.policy_loss.loss_mode)
 
     @torch.no_grad()
     def compute_log_prob(
-        self, data: DataProto, micro_batch_size: int | None, temperature: float, with_entropy: bool = False
+        self,
+        data: DataProto,
+        micro_batch_size: int | None,
+        temperature: float,
+        with_entropy: bool = False,
+        max_tokens: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        # Inference needs no gradient all-reduce: the plain module, not DDP.
+        """Log-probs (and entropies) of ``data``'s responses, ``micro_batch_size`` rows or (with
+        ``max_tokens``, verl's dynamic batch size) at most ``max_tokens`` real tokens per forward pass."""
+        # Inference needs no gradient all-reduce: the plain scorer, not DDP.
         was_training = self.module.training
         self.module.eval()
         log_probs, entropies = [], []
-        for micro in data.split(micro_batch_size) if micro_batch_size else [data]:
-            lp, ent = response_logprobs(self.module, micro, temperature, with_entropy)
+        micros, order = micro_batches(data, micro_batch_size, max_tokens)
+        for micro in micros:
+            lp, ent = response_logprobs(self.scorer, micro, temperature, with_entropy)
             log_probs.append(lp)
             entropies.append(ent)
         self.module.train(was_training)
-        entropy = torch.cat(entropies) if with_entropy else None
-        return torch.cat(log_probs), entropy
+        entropy = restore_order(torch.cat(entropies), order) if with_entropy else None
+        return restore_order(torch.cat(log_probs), order), entropy
 
     def clip_scale(self, progress: float) -> float:
         """Factor applied to the clip ranges at this point of training (1 without a schedule)."""
@@ -101,13 +113,15 @@ class Actor(TrainedModel):
         micro_batch_size: int,
         temperature: float,
         progress: float = 0.0,
+        max_tokens: int | None = None,
     ) -> dict:
         """PPO-style update: ``ppo_epochs`` passes over mini-batches, each accumulated over micro-batches.
 
         ``data`` is this rank's shard. ``mini_batch_size`` is GLOBAL (samples per optimizer step over
         all ranks; each rank takes ``mini_batch_size // world_size`` of its rows), ``micro_batch_size``
         is PER RANK (rows per forward/backward), as verl's ppo_mini_batch_size and
-        ppo_micro_batch_size_per_gpu. The loss of each micro-batch is normalised by the token /
+        ppo_micro_batch_size_per_gpu; with ``max_tokens`` (use_dynamic_bsz) micro-batches hold at most
+        that many real tokens instead. The loss of each micro-batch is normalised by the token /
         sequence counts of the whole global mini-batch, so the accumulated, all-reduced gradient equals
         that of the global mini-batch in one piece. Every rank returns the same metrics.
         """
@@ -136,7 +150,7 @@ class Actor(TrainedModel):
                 cfg, global_num_tokens=counts["tokens"], global_num_seqs=counts["seqs"], clip_scale=clip_scale
             )
             mini_metrics: dict[str, float] = defaultdict(float)
-            micros = mini.split(micro_batch_size)
+            micros, _ = micro_batches(mini, micro_batch_size, max_tokens)
             for i, micro in enumerate(micros):
                 with gradient_sync(self.model, sync=i == len(micros) - 1):
                     self._micro_step(micro, loss_cfg, temperature, use_entropy, mini_metrics)

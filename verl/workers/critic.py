@@ -7,57 +7,78 @@ gradients, and the loss normalisation and metrics use counts and sums over all r
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 import torch
 
 from verl.algorithms import compute_value_loss, masked_mean
 from verl.protocol import DataProto
+from verl.workers.engine.batching import micro_batches, restore_order
 from verl.workers.engine.distributed import (
     all_reduce_sum,
     dp_world_size,
     gradient_sync,
     local_mini_batch_size,
+    unwrap,
 )
 from verl.workers.engine.optim import clip_and_step, record_optimizer_step, summarize_metrics
+from verl.workers.engine.scoring import ValueScorer, response_mask_of
 from verl.workers.engine.trained import TrainedModel
 
 
-def response_values(model: torch.nn.Module, micro: DataProto) -> torch.Tensor:
-    """V of the state before each response token: the head's output at the position that predicts it."""
-    response_length = micro.batch["responses"].shape[1]
-    out = model(
-        input_ids=micro.batch["input_ids"],
-        attention_mask=micro.batch["attention_mask"],
-        position_ids=micro.batch["position_ids"],
-        use_cache=False,
-    ).logits.squeeze(-1)
-    return out[:, -response_length - 1 : -1].float() * micro.batch["response_mask"]
+def response_values(scorer: torch.nn.Module, micro: DataProto) -> torch.Tensor:
+    """V of the state before each response token, ``[rows, response_length]``, zero at padding.
+    ``scorer`` is a `ValueScorer` (or DDP around one); a plain value model is wrapped in a padded one."""
+    if not isinstance(unwrap(scorer), ValueScorer):
+        scorer = ValueScorer(scorer)
+    b = micro.batch
+    return scorer(b["input_ids"], b["attention_mask"], b["position_ids"], response_mask_of(micro))
 
 
 class Critic(TrainedModel):
     """Computes values and updates the value model (mini-batches, micro-batches, value clipping).
 
-    ``self.model`` is trained (DDP when data parallel), ``self.module`` (plain) computes values.
+    ``self.module`` is the value model, ``self.scorer`` the `ValueScorer` around it (packed when
+    ``remove_padding``), ``self.model`` what is trained (the scorer, in DDP when data parallel).
     """
 
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        config: Any,
+        optimizer: Any = None,
+        lr_scheduler: Any = None,
+        seed: int | None = None,
+        remove_padding: bool = False,
+    ) -> None:
+        scorer = ValueScorer(unwrap(model), remove_padding)
+        super().__init__(model, config, optimizer, lr_scheduler, seed, scorer=scorer)
+
     @torch.no_grad()
-    def compute_values(self, data: DataProto, micro_batch_size: int | None) -> torch.Tensor:
+    def compute_values(
+        self, data: DataProto, micro_batch_size: int | None, max_tokens: int | None = None
+    ) -> torch.Tensor:
+        """Values of ``data``'s responses, ``micro_batch_size`` rows or at most ``max_tokens`` real
+        tokens (dynamic batch size) per forward pass."""
         was_training = self.module.training
         self.module.eval()
-        values = [
-            response_values(self.module, micro)
-            for micro in (data.split(micro_batch_size) if micro_batch_size else [data])
-        ]
+        micros, order = micro_batches(data, micro_batch_size, max_tokens)
+        values = [response_values(self.scorer, micro) for micro in micros]
         self.module.train(was_training)
-        return torch.cat(values)
+        return restore_order(torch.cat(values), order)
 
     def update_critic(
-        self, data: DataProto, mini_batch_size: int, micro_batch_size: int, epochs: int
+        self,
+        data: DataProto,
+        mini_batch_size: int,
+        micro_batch_size: int,
+        epochs: int,
+        max_tokens: int | None = None,
     ) -> dict:
         """``epochs`` passes of clipped value regression over mini-batches of this rank's shard ``data``.
 
         ``mini_batch_size`` is GLOBAL (each rank takes ``mini_batch_size // world_size`` rows),
-        ``micro_batch_size`` PER RANK, as in `Actor.update_policy`. Every rank returns the same metrics.
+        ``micro_batch_size`` PER RANK (or ``max_tokens`` real tokens), as in `Actor.update_policy`. Every rank returns the same metrics.
         """
         cfg = self.config
         self.model.train()
@@ -79,7 +100,7 @@ class Critic(TrainedModel):
             counts = all_reduce_sum({"tokens": mini.batch["response_mask"].sum().item(), "seqs": len(mini)})
             agg = {"global_num_tokens": counts["tokens"], "global_num_seqs": counts["seqs"]}
             totals: dict[str, float] = defaultdict(float)
-            micros = mini.split(micro_batch_size)
+            micros, _ = micro_batches(mini, micro_batch_size, max_tokens)
             for i, micro in enumerate(micros):
                 with gradient_sync(self.model, sync=i == len(micros) - 1):
                     self._micro_step(micro, agg, totals)

@@ -21,13 +21,22 @@ F = TypeVar("F", bound=Callable[..., Any])
 OOM_ERRORS: tuple[type[BaseException], ...] = (torch.OutOfMemoryError, MemoryError)
 
 # What bounds each worker method's memory, most effective first. "key=value" means "set it to";
-# a bare key means "lower it". (No offload or token-budget knobs: this code base has neither yet.)
+# a bare key means "lower it". The row counts apply without use_dynamic_bsz, the token budget with it.
 GENERATE_KNOBS = ("actor_rollout_ref.rollout.micro_batch_size", "data.max_response_length")
-LOG_PROB_KNOBS = ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",)
-REF_LOG_PROB_KNOBS = ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",)
+LOG_PROB_KNOBS = (
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+    "actor_rollout_ref.model.log_prob_chunk_size",
+)
+REF_LOG_PROB_KNOBS = (
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+)
 ACTOR_UPDATE_KNOBS = (
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
     "actor_rollout_ref.model.enable_gradient_checkpointing=true",
+    "actor_rollout_ref.model.log_prob_chunk_size",
     "data.max_response_length",
 )
 VALUES_KNOBS = ("critic.forward_micro_batch_size_per_gpu",)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.config import derive_sizes
 from verl.models import load_hf_model, load_tokenizer, load_value_model
 from verl.protocol import DataProto
 from verl.single_controller import Dispatch, Worker, register
@@ -27,6 +28,7 @@ from verl.workers.actor import Actor
 from verl.workers.critic import Critic
 from verl.workers.engine.distributed import init_distributed
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
+from verl.workers.engine.packing import packed_attention_implementation
 from verl.workers.errors import (
     ACTOR_UPDATE_KNOBS,
     CRITIC_UPDATE_KNOBS,
@@ -53,6 +55,12 @@ def prepare_for_training(module: torch.nn.Module, model_cfg: Any, optim_cfg: Any
         module.gradient_checkpointing_enable()
     optimizer = build_optimizer(module.parameters(), optim_cfg)
     return optimizer, build_lr_scheduler(optimizer, optim_cfg, total_steps)
+
+
+def attention_for(configured: str, remove_padding: bool) -> str:
+    """The attention implementation to load a model with: one that runs packed batches when
+    ``remove_padding`` is on (see verl.workers.engine.packing)."""
+    return packed_attention_implementation(configured) if remove_padding else configured
 
 
 def resolve_device(name: str) -> torch.device:
@@ -116,17 +124,25 @@ class ActorRolloutRefWorker(Worker):
         self.tokenizer = load_tokenizer(
             model_cfg.tokenizer_path or model_cfg.path, model_cfg.trust_remote_code
         )
+        self.sizes = derive_sizes(config)
         self.module = load_hf_model(
             model_cfg.path,
             torch_dtype=model_cfg.torch_dtype,
-            attn_implementation=model_cfg.attn_implementation,
+            attn_implementation=attention_for(model_cfg.attn_implementation, model_cfg.use_remove_padding),
             trust_remote_code=model_cfg.trust_remote_code,
         ).to(self.device)
         optimizer, lr_scheduler = prepare_for_training(
             self.module, model_cfg, arr.actor.optim, total_training_steps
         )
         # Same shuffle seed on every rank; Actor wraps the module in DDP when data parallelism is on.
-        self.actor = Actor(self.module, arr.actor, optimizer, lr_scheduler, seed=config.trainer.seed)
+        self.actor = Actor(
+            self.module,
+            arr.actor,
+            optimizer,
+            lr_scheduler,
+            seed=config.trainer.seed,
+            **self.scoring_options(),
+        )
 
         self.eos_token_ids = eos_token_ids(self.tokenizer, self.module)
         rollout_cls = get_rollout_class(arr.rollout.name)
@@ -137,6 +153,10 @@ class ActorRolloutRefWorker(Worker):
         if need_ref:
             # The reference starts from the same weights and never trains: a deep copy saves a second load.
             self.ref_module = copy.deepcopy(self.module).eval().requires_grad_(False)
+
+    def scoring_options(self) -> dict[str, Any]:
+        model_cfg = self.config.actor_rollout_ref.model
+        return {"remove_padding": model_cfg.use_remove_padding, "chunk_size": model_cfg.log_prob_chunk_size}
 
     def sampling_params(self, validate: bool) -> SamplingParams:
         rollout_cfg = self.config.actor_rollout_ref.rollout
@@ -169,7 +189,11 @@ class ActorRolloutRefWorker(Worker):
         """``old_log_probs`` (and ``entropys``) of the responses under the current policy."""
         rollout_cfg = self.config.actor_rollout_ref.rollout
         log_probs, entropy = self.actor.compute_log_prob(
-            data, rollout_cfg.log_prob_micro_batch_size_per_gpu, rollout_cfg.temperature, with_entropy=True
+            data,
+            rollout_cfg.log_prob_micro_batch_size_per_gpu,
+            rollout_cfg.temperature,
+            with_entropy=True,
+            max_tokens=self.sizes.log_prob_max_tokens,
         )
         return DataProto.from_dict(tensors={"old_log_probs": log_probs, "entropys": entropy})
 
@@ -181,11 +205,12 @@ class ActorRolloutRefWorker(Worker):
             raise RuntimeError(
                 "compute_ref_log_prob called but no reference model was built (no KL term is on)"
             )
-        ref_actor = Actor(self.ref_module, self.config.actor_rollout_ref.actor)
+        ref_actor = Actor(self.ref_module, self.config.actor_rollout_ref.actor, **self.scoring_options())
         log_probs, _ = ref_actor.compute_log_prob(
             data,
             self.config.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu,
             self.config.actor_rollout_ref.rollout.temperature,
+            max_tokens=self.sizes.ref_max_tokens,
         )
         return DataProto.from_dict(tensors={"ref_log_prob": log_probs})
 
@@ -200,6 +225,7 @@ class ActorRolloutRefWorker(Worker):
             micro_batch_size=sizes.micro_batch_samples,
             temperature=self.config.actor_rollout_ref.rollout.temperature,
             progress=data.meta_info.get("progress", 0.0),
+            max_tokens=sizes.actor_max_tokens,
         )
         return DataProto(meta_info={"metrics": metrics})
 
@@ -239,22 +265,35 @@ class CriticWorker(Worker):
         critic_cfg = config.critic
         model_cfg = critic_cfg.model
         path = model_cfg.path or config.actor_rollout_ref.model.path
+        remove_padding = model_cfg.use_remove_padding
+        if remove_padding is None:
+            remove_padding = config.actor_rollout_ref.model.use_remove_padding
+        self.sizes = derive_sizes(config)
         self.module = load_value_model(
             path,
             torch_dtype=model_cfg.torch_dtype,
-            attn_implementation=model_cfg.attn_implementation,
+            attn_implementation=attention_for(model_cfg.attn_implementation, remove_padding),
             trust_remote_code=model_cfg.trust_remote_code,
         ).to(self.device)
         optimizer, lr_scheduler = prepare_for_training(
             self.module, model_cfg, critic_cfg.optim, total_training_steps
         )
-        self.critic = Critic(self.module, critic_cfg, optimizer, lr_scheduler, seed=config.trainer.seed)
+        self.critic = Critic(
+            self.module,
+            critic_cfg,
+            optimizer,
+            lr_scheduler,
+            seed=config.trainer.seed,
+            remove_padding=remove_padding,
+        )
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     @explain_oom(*VALUES_KNOBS)
     @on_device
     def compute_values(self, data: DataProto) -> DataProto:
-        values = self.critic.compute_values(data, self.config.critic.forward_micro_batch_size_per_gpu)
+        values = self.critic.compute_values(
+            data, self.config.critic.forward_micro_batch_size_per_gpu, self.sizes.critic_forward_max_tokens
+        )
         return DataProto.from_dict(tensors={"values": values})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
@@ -267,6 +306,7 @@ class CriticWorker(Worker):
             mini_batch_size=sizes.critic_mini_batch_samples,
             micro_batch_size=sizes.critic_micro_batch_samples,
             epochs=sizes.critic_ppo_epochs,
+            max_tokens=sizes.critic_max_tokens,
         )
         return DataProto(meta_info={"metrics": metrics})
 

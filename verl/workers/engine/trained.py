@@ -31,10 +31,12 @@ def shuffle_generator(seed: int | None) -> torch.Generator:
 class TrainedModel:
     """A module with its role config, optimizer, LR schedule and shuffle generator.
 
-    ``model`` may be a plain module or one already wrapped in DDP. With an optimizer (it is trained)
-    and distributed on, it is wrapped in DDP here: a collective, so every rank builds it together.
-    ``self.model`` is what is trained (DDP or plain), ``self.module`` the plain one, used for inference
-    (and shared with the rollout). Without an optimizer (e.g. a frozen reference) it is never wrapped.
+    ``self.module`` is the plain HF model (what checkpoints hold, shared with the rollout),
+    ``self.scorer`` the module the forward passes go through (a wrapper around it, see
+    `verl.workers.engine.scoring`; the module itself when none is given), ``self.model`` what is
+    trained: with an optimizer and distributed on, the scorer in DDP (DDP must see the whole forward).
+    Building DDP is a collective, so every rank builds it together. Without an optimizer (e.g. a
+    frozen reference) nothing is wrapped.
     """
 
     def __init__(
@@ -44,10 +46,12 @@ class TrainedModel:
         optimizer: Any = None,
         lr_scheduler: Any = None,
         seed: int | None = None,
+        scorer: torch.nn.Module | None = None,
     ) -> None:
         self.config = config
         self.module = unwrap(model)
-        self.model = wrap_ddp(model) if optimizer is not None else model
+        self.scorer = scorer if scorer is not None else self.module
+        self.model = wrap_ddp(self.scorer) if optimizer is not None else self.scorer
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
         self.generator = shuffle_generator(seed)

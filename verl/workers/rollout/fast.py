@@ -431,6 +431,9 @@ class FastRollout:
     """
 
     compact_fraction = 0.25
+    # Its ``rollout_log_probs`` are the actor's log-probs of the same weights (tests/unit/test_fast_rollout.py),
+    # so before any update they can stand in for the old_log_prob pass.
+    returns_log_probs = True
 
     def __init__(
         self,

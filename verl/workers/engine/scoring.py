@@ -1,0 +1,167 @@
+"""The forward passes of the actor and critic: per-response-token log-probs, entropies and values.
+
+Both take a padded rollout batch (left-padded prompt + right-padded response per row) and return
+``[rows, response_length]`` tensors, zero where ``response_mask`` is 0. Two things keep the work to the
+real tokens:
+
+* ``remove_padding``: the batch is packed into one sequence (`verl.workers.engine.packing`), so no
+  layer computes on padding;
+* only the positions that predict a real response token go through the LM head, ``chunk_size``
+  tokens at a time: full-vocabulary logits never exist for more than one chunk. With gradients the
+  chunk's head is recomputed in the backward pass (activation checkpointing), so the logits are not
+  kept either — the memory that dominates an update when the vocabulary is large.
+
+The scorers are ``nn.Module`` wrappers around the HF model so that DDP can wrap them: DDP must see
+the whole forward to reduce the gradients.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from verl.workers.engine.packing import pack, packed_positions
+
+# Config attributes of models whose logits are more than ``lm_head(hidden)``: they use the HF forward.
+_SCALED_LOGITS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+
+
+def response_mask_of(data: Any) -> torch.Tensor:
+    """The batch's ``response_mask``, or (older batches without one) the response part of its attention mask."""
+    batch = data.batch
+    if "response_mask" in batch:
+        return batch["response_mask"]
+    return batch["attention_mask"][:, -batch["responses"].shape[1] :]
+
+
+def response_positions(response_mask: torch.Tensor, width: int) -> torch.Tensor:
+    """Flat positions in the padded ``[rows, width]`` batch of the tokens that predict each real
+    response token: the logit at position t predicts token t+1, so the one just before it."""
+    rows, response_length = response_mask.shape
+    first = width - response_length - 1
+    grid = torch.arange(rows, device=response_mask.device)[:, None] * width
+    grid = grid + first + torch.arange(response_length, device=response_mask.device)[None, :]
+    return grid.flatten()[response_mask.flatten().bool()]
+
+
+def token_logprobs_and_entropy(
+    logits: torch.Tensor, labels: torch.Tensor, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log p(label) per position, and the entropy of the distribution when asked for."""
+    log_probs = F.log_softmax(logits.float(), dim=-1)
+    token_log_probs = log_probs.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    entropy = None
+    if with_entropy:
+        entropy = -(log_probs.exp() * log_probs).sum(-1)
+    return token_log_probs, entropy
+
+
+class _Scorer(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, remove_padding: bool = False) -> None:
+        super().__init__()
+        self.model = model
+        self.remove_padding = remove_padding
+
+    def _run(
+        self,
+        forward: torch.nn.Module,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        response_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """``forward``'s first output at the positions that predict the real response tokens, in row-major
+        order of ``response_mask``: ``[N, ...]``."""
+        positions = response_positions(response_mask, input_ids.shape[1])
+        if self.remove_padding:
+            packed = pack(input_ids, attention_mask, position_ids)
+            out = forward(**packed.model_kwargs(), use_cache=False)[0]
+            index = packed_positions(packed, positions, input_ids.numel())
+        else:
+            out = forward(
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+            )[0]
+            index = positions
+        return out.flatten(0, 1)[index]
+
+
+def _scatter(values: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Per-real-token ``values`` back into a zero ``[rows, response_length]`` tensor."""
+    out = values.new_zeros(response_mask.shape)
+    out.view(-1)[response_mask.flatten().bool().nonzero().squeeze(-1)] = values
+    return out
+
+
+class PolicyScorer(_Scorer):
+    """log p(response token | prefix) (and the entropy of that distribution) from a causal LM."""
+
+    def __init__(self, model: torch.nn.Module, remove_padding: bool = False, chunk_size: int = 0) -> None:
+        super().__init__(model, remove_padding)
+        self.chunk_size = chunk_size
+        config = getattr(model, "config", None)
+        self.plain_head = not any(getattr(config, key, None) for key in _SCALED_LOGITS)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        responses: torch.Tensor,
+        response_mask: torch.Tensor,
+        temperature: float = 1.0,
+        with_entropy: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        labels = responses.flatten()[response_mask.flatten().bool()]
+        if self.plain_head:
+            hidden = self._run(
+                self.model.get_decoder(), input_ids, attention_mask, position_ids, response_mask
+            )
+            head = self.model.get_output_embeddings()
+        else:
+            hidden = self._run(self.model, input_ids, attention_mask, position_ids, response_mask)
+            head = torch.nn.Identity()  # ``hidden`` are already the logits
+        log_probs, entropy = self._chunked_head(head, hidden, labels, temperature, with_entropy)
+        log_probs = _scatter(log_probs, response_mask)
+        return log_probs, (_scatter(entropy, response_mask) if with_entropy else None)
+
+    def _chunked_head(
+        self,
+        head: torch.nn.Module,
+        hidden: torch.Tensor,
+        labels: torch.Tensor,
+        temperature: float,
+        with_entropy: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        def score(h: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            logits = head(h)
+            if temperature != 1.0:
+                logits = logits / temperature
+            lp, ent = token_logprobs_and_entropy(logits, y, with_entropy)
+            return lp, (ent if with_entropy else lp.new_zeros(()))
+
+        size = self.chunk_size if self.chunk_size > 0 else max(len(labels), 1)
+        recompute = torch.is_grad_enabled() and len(labels) > size
+        parts = []
+        # At least one (maybe empty) chunk: the head stays in the graph, which DDP expects of every parameter.
+        for start in range(0, max(len(labels), 1), size):
+            h, y = hidden[start : start + size], labels[start : start + size]
+            parts.append(checkpoint(score, h, y, use_reentrant=False) if recompute else score(h, y))
+        log_probs = torch.cat([p[0] for p in parts])
+        return log_probs, (torch.cat([p[1] for p in parts]) if with_entropy else None)
+
+
+class ValueScorer(_Scorer):
+    """V(state before each response token) from a token-classification model with one label."""
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        response_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        values = self._run(self.model, input_ids, attention_mask, position_ids, response_mask)
+        return _scatter(values.squeeze(-1).float(), response_mask)
