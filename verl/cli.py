@@ -87,7 +87,16 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from verl.bench import run_cli
 
-    return run_cli(args.models, args.what, args.quick, args.json, args.threads)
+    return run_cli(
+        args.models,
+        args.what,
+        args.quick,
+        args.json,
+        args.threads,
+        batches=args.batches,
+        lengths=args.lengths,
+        step_prompts=args.step_prompts,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -143,6 +152,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--threads", type=int, default=2, help="torch threads of every measurement (default: 2)"
+    )
+    bench.add_argument(
+        "--batches", default=None, help="rollout batch sizes, comma list (default: 1,16,64,256)"
+    )
+    bench.add_argument(
+        "--lengths", default=None, help="rollout response lengths, comma list (default: 32,128)"
+    )
+    bench.add_argument(
+        "--step-prompts",
+        type=int,
+        default=None,
+        help="prompts per GRPO step (x rollout.n = 8 completions each; default: the recipe's 16)",
     )
     bench.set_defaults(func=cmd_bench)
     return parser

@@ -331,9 +331,11 @@ def test_padding_free_training_gives_the_same_update(recipe, tiny_model_dir, ari
     for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm", "critic/vf_loss"):
         if key in rec_a:
             assert rec_b[key] == pytest.approx(rec_a[key], rel=1e-4, abs=1e-6), key
+    # AdamW moves every weight by about lr = 1e-3 whatever the gradient's size, so an element whose
+    # gradient is near zero can differ by more than the forward passes do; 1e-4 is a tenth of a step.
     for a, b in ((weights_a, weights_b), (critic_a, critic_b)):
         for key in a:
-            torch.testing.assert_close(b[key], a[key], atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(b[key], a[key], atol=1e-4, rtol=1e-4)
 
 
 def test_fast_rollout_log_probs_replace_the_old_log_prob_pass(tiny_model_dir, arithmetic_files, tmp_path):

@@ -70,6 +70,22 @@ def make_prompts(model, lengths: list[int], seed: int = 0, width: int | None = N
     )
 
 
+def test_repeated_prompts_are_prefilled_once_and_decode_like_hf(model):
+    """GRPO repeats each prompt rollout.n times: the prefill runs each distinct prompt once and copies its
+    cache rows, and the greedy output is still HF's, row for row."""
+    prompts = make_prompts(model, [5, 9, 3], width=10).repeat(4, interleave=True)
+    sampling = SamplingParams(do_sample=False, max_new_tokens=8)
+    expected = HFRollout(model, [model.config.vocab_size], PAD).generate_sequences(prompts, sampling)
+    rows_seen = []
+    hook = model.register_forward_pre_hook(
+        lambda m, args, kwargs: rows_seen.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
+    got = FastRollout(model, [model.config.vocab_size], PAD).generate_sequences(prompts, sampling)
+    hook.remove()
+    assert rows_seen[0] == 3  # the prefill: 3 distinct prompts for 12 rows
+    assert torch.equal(got.batch["responses"], expected.batch["responses"])
+
+
 def early_eos_ids(model, prompts: DataProto, max_new_tokens: int) -> list[int]:
     """EOS ids that the model's own greedy output emits mid-sequence in some rows but not in others."""
     never = [model.config.vocab_size]  # an id no model emits

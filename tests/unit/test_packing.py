@@ -132,3 +132,51 @@ def test_generation_is_unchanged_by_the_packed_attention(model_dir):
     out_plain = plain.generate(input_ids=prompt_ids, attention_mask=prompt_mask, **kwargs)
     out_varlen = varlen.generate(input_ids=prompt_ids, attention_mask=prompt_mask, **kwargs)
     assert torch.equal(out_plain, out_varlen)
+
+
+def grouped_batch(vocab_size: int, groups: int = 3, n: int = 4, seed: int = 0):
+    """``groups`` prompts (left-padded, lengths differ) each followed by ``n`` right-padded responses,
+    the rows of a group shuffled among the others (as balancing across ranks leaves them)."""
+    generator = torch.Generator().manual_seed(seed)
+    prompt_width, response_width = 6, 5
+    prompts = torch.randint(3, vocab_size, (groups, prompt_width), generator=generator)
+    prompt_mask = torch.ones_like(prompts)
+    for g, length in enumerate([6, 2, 4][:groups]):
+        prompt_mask[g, : prompt_width - length] = 0
+    order = torch.randperm(groups * n, generator=generator)
+    group_of_row = torch.arange(groups).repeat_interleave(n)[order]
+    responses = torch.randint(3, vocab_size, (groups * n, response_width), generator=generator)
+    response_lengths = torch.randint(0, response_width, (groups * n,), generator=generator)
+    response_lengths[0] = 1
+    response_mask = (torch.arange(response_width)[None, :] < response_lengths[:, None]).long()
+    input_ids = torch.cat([prompts[group_of_row], responses], dim=1)
+    attention_mask = torch.cat([prompt_mask[group_of_row], response_mask], dim=1)
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    return input_ids, attention_mask, position_ids, responses, response_mask
+
+
+def test_shared_prompts_give_the_same_log_probs_and_gradients(model_dir):
+    model = load_hf_model(model_dir, attn_implementation="eager")
+    batch = grouped_batch(model.config.vocab_size)
+    prompt_tokens = []
+    hook = model.get_decoder().register_forward_pre_hook(
+        lambda m, args, kwargs: prompt_tokens.append(kwargs["input_ids"].shape), with_kwargs=True
+    )
+    results = []
+    for share in (False, True):
+        model.zero_grad()
+        log_probs, entropy = PolicyScorer(model, share_prompts=share)(
+            *batch, temperature=0.9, with_entropy=True
+        )
+        ((log_probs - 0.1 * entropy) * batch[-1]).sum().backward()
+        results.append((log_probs, entropy, grads(model)))
+    hook.remove()
+    (lp_a, ent_a, grads_a), (lp_b, ent_b, grads_b) = results
+    torch.testing.assert_close(lp_b, lp_a, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ent_b, ent_a, atol=1e-5, rtol=1e-5)
+    for name in grads_a:
+        torch.testing.assert_close(grads_b[name], grads_a[name], atol=1e-5, rtol=1e-4)
+    # Unshared: all 12 rows at full width (6 + 5). Shared: the 3 distinct prompts once, then the 12 rows'
+    # responses cut to the longest (4 tokens, response lengths are drawn from 0..4).
+    longest = int(batch[-1].sum(-1).max())
+    assert prompt_tokens == [torch.Size([12, 11]), torch.Size([3, 6]), torch.Size([12, longest])]

@@ -47,6 +47,8 @@ class BenchSizes:
     train_micro_batch: int = 16
     step_micro_batch: int | None = 16
     """None: the recipe's own (the whole batch per forward pass)"""
+    step_prompts: int | None = None
+    """prompts per GRPO step (each sampled rollout.n times); None: the recipe's"""
     warmup: int = 1
     repeats: int = 5
     budget_s: float = 60.0
@@ -87,7 +89,7 @@ def section_cases(
             sizes.train_micro_batch,
             **common,
         )
-    return step.cases(model.name, path, sizes.step_micro_batch, **common)
+    return step.cases(model.name, path, sizes.step_micro_batch, sizes.step_prompts, **common)
 
 
 def measure(case: Case, isolate: bool, sizes: BenchSizes = FULL) -> dict[str, Any]:
@@ -253,10 +255,24 @@ def _names(value: str | None, choices: Sequence[str], what: str) -> list[str]:
 
 
 def run_cli(
-    models: str | None, what: str | None, quick: bool, json_path: str | None, threads: int = 2
+    models: str | None,
+    what: str | None,
+    quick: bool,
+    json_path: str | None,
+    threads: int = 2,
+    batches: str | None = None,
+    lengths: str | None = None,
+    step_prompts: int | None = None,
 ) -> int:
     """``verl bench``: parse the comma lists, run, return the exit status."""
+    sizes = QUICK if quick else FULL
     try:
+        if batches:
+            sizes = replace(sizes, rollout_batches=tuple(int(b) for b in batches.split(",")))
+        if lengths:
+            sizes = replace(sizes, rollout_lengths=tuple(int(n) for n in lengths.split(",")))
+        if step_prompts:
+            sizes = replace(sizes, step_prompts=step_prompts)
         model_names = _names(models, list(default_specs()), "model") or (
             QUICK_MODELS if quick else list(default_specs())
         )
@@ -264,7 +280,7 @@ def run_cli(
     except ValueError as e:
         print(f"verl bench: {e}", file=sys.stderr)
         return 2
-    report = run_bench(model_names, sections, QUICK if quick else FULL, threads, json_path)
+    report = run_bench(model_names, sections, sizes, threads, json_path)
     if report.get("interrupted"):
         return 130
     failed = [r for rows in report["sections"].values() for r in rows if r["status"] == "error"]

@@ -6,9 +6,10 @@ sizes) on the arithmetic task, pointed at the bench model, once per rollout engi
 ``old_log_prob``, ``adv``, ``update_actor``, ``step``) and of ``perf/throughput`` (prompt + response
 tokens per second of the whole step). Validation, checkpoints and logging are not part of a step.
 
-Every engine runs with padded training (the recipe as it is); every engine but HF ``generate`` also
-with padding-free training (``TRAINING["packed"]``), so the table holds the baseline (hf, padded)
-and the fastest configuration side by side.
+HF ``generate`` runs with padded training, every prompt computed once per sample: the baseline. Every
+other engine runs with each way of training in ``TRAINING``: padded, ``shared`` (each distinct prompt
+computed once per micro-batch, the default) and ``packed`` (padding-free), so the table holds the
+baseline and the fastest configuration side by side.
 """
 
 from __future__ import annotations
@@ -32,15 +33,24 @@ STAGES = ["gen", "reward", "old_log_prob", "ref", "values", "adv", "update_criti
 
 
 TRAINING: dict[str, list[str]] = {
-    "padded": [],
+    "padded": ["actor_rollout_ref.model.share_prompts=false"],
+    "shared": ["actor_rollout_ref.model.share_prompts=true"],
     "packed": ["actor_rollout_ref.model.use_remove_padding=true"],
 }
 
 
-def cases(model: str, model_path: str, micro_batch: int | None, **common: Any) -> list[Case]:
-    variants = [(e, "padded") for e in engines()] + [(e, "packed") for e in engines() if e != "hf"]
+def cases(
+    model: str, model_path: str, micro_batch: int | None, prompts: int | None = None, **common: Any
+) -> list[Case]:
+    variants = [("hf", "padded")] + [(e, t) for e in engines() if e != "hf" for t in TRAINING]
     return [
-        Case("step", model, model_path, {"engine": e, "training": t, "micro_batch": micro_batch}, **common)
+        Case(
+            "step",
+            model,
+            model_path,
+            {"engine": e, "training": t, "micro_batch": micro_batch, "prompts": prompts},
+            **common,
+        )
         for e, t in variants
     ]
 
@@ -56,6 +66,13 @@ def micro_batch_overrides(micro_batch: int | None) -> list[str]:
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro_batch}",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro_batch}",
     ]
+
+
+def prompt_overrides(prompts: int | None) -> list[str]:
+    """Prompts per step (one optimizer step, as the recipe), or the recipe's when None."""
+    if prompts is None:
+        return []
+    return [f"data.train_batch_size={prompts}", f"actor_rollout_ref.actor.ppo_mini_batch_size={prompts}"]
 
 
 def step_config(case: Case, out_dir: str) -> Any:
@@ -78,6 +95,7 @@ def step_config(case: Case, out_dir: str) -> Any:
             "prepare.enable=false",
             *micro_batch_overrides(case.params["micro_batch"]),
             *TRAINING[case.params.get("training", "padded")],
+            *prompt_overrides(case.params.get("prompts")),
         ],
     )
 

@@ -7,12 +7,15 @@ random advantages. The whole batch is one mini-batch (one optimizer step), split
 
 tokens/s counts real tokens only (prompt + response, the ``attention_mask`` sum, as ``perf/throughput``
 does), so padded and packed rows are comparable: they do the same useful work, the padded one also
-computes on the padding. "packed" is the recipe with ``MODES["packed"]``: the same micro-batches of rows,
-each packed into one sequence (verl.workers.engine.packing).
+computes on the padding. "packed" is the recipe with ``MODES["packed"]``: each micro-batch packed into
+one sequence (verl.workers.engine.packing), micro-batches formed by a token budget equal to the padded
+micro-batch's size (``micro_batch`` rows x the batch width), so both modes put the same number of
+token positions through each forward pass, the padded mode some of them padding.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -25,7 +28,8 @@ from verl.workers.roles import ActorRolloutRefWorker
 from verl.workers.rollout.base import assemble_rollout_output
 
 MODES: dict[str, list[str]] = {
-    "padded": [],
+    # Distinct prompts here: nothing to share, so the padded mode is the plain padded forward.
+    "padded": ["actor_rollout_ref.model.share_prompts=false"],
     "packed": ["actor_rollout_ref.model.use_remove_padding=true"],
 }
 
@@ -81,6 +85,9 @@ def setup(case: Case) -> Prepared:
     worker = ActorRolloutRefWorker(config, total_training_steps=1000, need_ref=False)
     batch = rollout_like_batch(worker, case, config)
     attention = batch.batch["attention_mask"]
+    if case.params["mode"] == "packed":
+        budget = min(case.params["micro_batch"], len(batch)) * attention.shape[1]
+        batch.meta_info["sizes"] = dataclasses.replace(batch.meta_info["sizes"], actor_max_tokens=budget)
     tokens = int(attention.sum())
 
     def run() -> dict[str, Any]:

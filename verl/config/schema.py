@@ -80,6 +80,11 @@ class ModelConfig:
     use_remove_padding: bool = False
     """padding-free forward passes: each micro-batch's real tokens packed into one sequence, attention
     kept within each sequence (flash-attn varlen on GPU, per-row SDPA otherwise)"""
+    share_prompts: bool = True
+    """log-prob and update passes: run each distinct prompt of a micro-batch once and let its responses
+    (the rollout.n samples of a group) attend to its cached keys/values: same results, the prompt
+    computed once per group instead of once per sample. Padded passes only (use_remove_padding takes
+    precedence); off by itself under gradient checkpointing and for models whose logits are scaled"""
     log_prob_chunk_size: int = 1024
     """response tokens per pass through the LM head when computing log-probs: full-vocabulary logits
     exist for at most this many tokens at once (recomputed in backward); 0 = all at once"""
@@ -205,8 +210,9 @@ class SamplingConfig:
 class RolloutConfig:
     """``actor_rollout_ref.rollout``: response generation."""
 
-    name: str = "hf"
-    """generation engine: hf | vllm | sglang"""
+    name: str = "fast"
+    """generation engine: fast (KV-cached decoding, finished rows dropped, returns log-probs) | hf
+    (transformers' generate) | dummy (random tokens, for tests)"""
     n: int = 1
     """responses sampled per prompt (the GRPO group size)"""
     temperature: float = 1.0

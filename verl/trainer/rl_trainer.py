@@ -347,6 +347,7 @@ class RLTrainer(Controller):
             batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
         batch = compute_advantage(batch, algo)
         batch.meta_info["sizes"] = self.sizes
+        batch.meta_info["measure_entropy"] = old is None  # no old_log_prob pass measured actor/entropy
         batch.meta_info["progress"] = (self.global_steps - 1) / max(1, self.total_training_steps - 1)
         return {"batch": batch, "metrics": metrics}
 

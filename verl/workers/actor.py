@@ -55,7 +55,7 @@ class Actor(TrainedModel):
     ``self.module`` is the HF model (shared with the rollout), ``self.scorer`` the `PolicyScorer` around
     it that computes log-probs, ``self.model`` what is trained (the scorer, in DDP when data parallel);
     a reference actor has no optimizer and is never wrapped (see TrainedModel). ``remove_padding``
-    packs each micro-batch, ``chunk_size`` bounds the tokens whose full logits exist at once (see
+    packs each micro-batch, ``share_prompts`` computes each distinct prompt once, ``chunk_size`` bounds the tokens whose full logits exist at once (see
     `verl.workers.engine.scoring`).
     """
 
@@ -68,8 +68,9 @@ class Actor(TrainedModel):
         seed: int | None = None,
         remove_padding: bool = False,
         chunk_size: int = 0,
+        share_prompts: bool = False,
     ) -> None:
-        scorer = PolicyScorer(unwrap(model), remove_padding, chunk_size)
+        scorer = PolicyScorer(unwrap(model), remove_padding, chunk_size, share_prompts)
         super().__init__(model, config, optimizer, lr_scheduler, seed, scorer=scorer)
         self.policy_loss_fn = get_policy_loss_fn(config.policy_loss.loss_mode)
 
@@ -138,8 +139,10 @@ class Actor(TrainedModel):
                 "old_log_probs are missing but the update is not on-policy (more than one optimizer step per "
                 "RL step); set actor_rollout_ref.actor.recompute_old_log_prob=true"
             )
-        # Without an old_log_prob pass the entropy metric comes from the update's own forward pass.
-        use_entropy = cfg.entropy_coeff != 0 or "old_log_probs" not in data.batch
+        # Without an old_log_prob pass the entropy metric comes from the update's own forward pass (the
+        # trainer says so in meta_info; old log-probs may also have come from the rollout engine).
+        measure = data.meta_info.get("measure_entropy", "old_log_probs" not in data.batch)
+        use_entropy = cfg.entropy_coeff != 0 or measure
         # Drawn from the actor's own generator: the same on every rank seeded alike, and untouched by
         # whatever else in the process uses torch's global generator.
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator).item())

@@ -156,7 +156,11 @@ class ActorRolloutRefWorker(Worker):
 
     def scoring_options(self) -> dict[str, Any]:
         model_cfg = self.config.actor_rollout_ref.model
-        return {"remove_padding": model_cfg.use_remove_padding, "chunk_size": model_cfg.log_prob_chunk_size}
+        return {
+            "remove_padding": model_cfg.use_remove_padding,
+            "chunk_size": model_cfg.log_prob_chunk_size,
+            "share_prompts": model_cfg.share_prompts,
+        }
 
     def sampling_params(self, validate: bool) -> SamplingParams:
         rollout_cfg = self.config.actor_rollout_ref.rollout

@@ -6,6 +6,9 @@ real tokens:
 
 * ``remove_padding``: the batch is packed into one sequence (`verl.workers.engine.packing`), so no
   layer computes on padding;
+* ``share_prompts``: each distinct prompt of a micro-batch goes through the model once and its
+  responses (GRPO's ``rollout.n`` samples) attend to its cached keys and values: the same log-probs
+  and gradients with the prompt computed once per group instead of once per sample;
 * only the positions that predict a real response token go through the LM head, ``chunk_size``
   tokens at a time: full-vocabulary logits never exist for more than one chunk. With gradients the
   chunk's head is recomputed in the backward pass (activation checkpointing), so the logits are not
@@ -23,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from verl.models.kv_cache import cache_keyword, new_cache
 from verl.workers.engine.packing import pack, packed_positions
 
 # Config attributes of models whose logits are more than ``lm_head(hidden)``: they use the HF forward.
@@ -95,14 +99,75 @@ def _scatter(values: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _activation_checkpointing(model: torch.nn.Module) -> bool:
+    """Whether HF gradient checkpointing is on (the property was renamed in transformers 5)."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if hasattr(type(model), name):
+            return bool(getattr(model, name))
+    return False
+
+
+def shared_prompt_hidden(
+    decoder: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+) -> torch.Tensor:
+    """The decoder's last hidden states at the positions that predict the real response tokens
+    (``[N, hidden]``, row-major), computing each distinct prompt once.
+
+    Pass 1 runs the distinct prompts (left-padded, columns that are padding in every row dropped) and
+    keeps their keys and values; the cache is then gathered to one copy per row (its backward adds
+    the rows' gradients into their prompt's). Pass 2 runs the responses, cut to the longest one,
+    attending to that cache. The first response token is predicted by the prompt's last position
+    (pass 1), the others by the response positions before them (pass 2).
+    """
+    rows, response_length = response_mask.shape
+    width = input_ids.shape[1] - response_length
+    prompt_mask = attention_mask[:, :width]
+    first = int(prompt_mask.eq(0).all(0).long().cumprod(0).sum())  # leading all-padding columns
+    prompt_rows = torch.cat([input_ids[:, first:width], prompt_mask[:, first:]], dim=1)
+    _, inverse = torch.unique(prompt_rows, dim=0, return_inverse=True)
+    representative = torch.empty(int(inverse.max()) + 1, dtype=torch.long, device=inverse.device)
+    representative.scatter_(0, inverse, torch.arange(rows, device=inverse.device))
+    cache = new_cache(decoder.config)
+    keyword = cache_keyword(decoder)
+    prompt_out = decoder(
+        input_ids=input_ids[representative, first:width],
+        attention_mask=prompt_mask[representative, first:],
+        position_ids=position_ids[representative, first:width],
+        use_cache=True,
+        **{keyword: cache},
+    )[0]
+    cache.reorder_cache(inverse)
+    used = max(int(response_mask.sum(-1).max()), 1)  # later columns are padding in every row
+    response_out = decoder(
+        input_ids=input_ids[:, width : width + used],
+        attention_mask=attention_mask[:, first : width + used],
+        position_ids=position_ids[:, width : width + used],
+        use_cache=True,
+        **{keyword: cache},
+    )[0]
+    hidden = torch.cat([prompt_out[inverse, -1:], response_out[:, : used - 1]], dim=1)
+    return hidden.flatten(0, 1)[response_mask[:, :used].flatten().bool()]
+
+
 class PolicyScorer(_Scorer):
     """log p(response token | prefix) (and the entropy of that distribution) from a causal LM."""
 
-    def __init__(self, model: torch.nn.Module, remove_padding: bool = False, chunk_size: int = 0) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        remove_padding: bool = False,
+        chunk_size: int = 0,
+        share_prompts: bool = False,
+    ) -> None:
         super().__init__(model, remove_padding)
         self.chunk_size = chunk_size
         config = getattr(model, "config", None)
         self.plain_head = not any(getattr(config, key, None) for key in _SCALED_LOGITS)
+        self.share_prompts = share_prompts and not remove_padding
 
     def forward(
         self,
@@ -115,7 +180,16 @@ class PolicyScorer(_Scorer):
         with_entropy: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         labels = responses.flatten()[response_mask.flatten().bool()]
-        if self.plain_head:
+        # Gradient checkpointing switches HF's cache off, and the shared prompts need it.
+        checkpointing = self.model.training and _activation_checkpointing(self.model)
+        # Sharing reads each row's last prompt position, so the prompts must be left-padded.
+        left_padded = bool(attention_mask[:, input_ids.shape[1] - responses.shape[1] - 1].all())
+        if self.plain_head and self.share_prompts and left_padded and not checkpointing:
+            hidden = shared_prompt_hidden(
+                self.model.get_decoder(), input_ids, attention_mask, position_ids, response_mask
+            )
+            head = self.model.get_output_embeddings()
+        elif self.plain_head:
             hidden = self._run(
                 self.model.get_decoder(), input_ids, attention_mask, position_ids, response_mask
             )

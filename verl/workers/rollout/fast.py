@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from verl.models.kv_cache import cache_keyword, new_cache
 from verl.protocol import DataProto
 from verl.workers.rollout.base import SamplingParams, assemble_rollout_output, register_rollout
 
@@ -123,18 +124,26 @@ class _Decoder:
         self.cache_kwarg, self.prefill_kwargs = _forward_kwargs(model)
 
     def _prefill_forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
-        """HF forward over the prompts: (last-position logits, the filled DynamicCache, position ids)."""
-        cache = _new_cache(self.model.config)
+        """HF forward over the prompts: (last-position logits, the filled DynamicCache, position ids).
+
+        Each distinct prompt is run once (GRPO repeats every prompt rollout.n times) and its cache
+        rows copied to the rows that share it: the same numbers, 1/n of the prefill.
+        """
+        _, inverse = torch.unique(torch.cat([input_ids, attention_mask], dim=1), dim=0, return_inverse=True)
+        distinct = torch.zeros(int(inverse.max()) + 1, dtype=torch.long, device=inverse.device)
+        distinct.scatter_(0, inverse, torch.arange(len(inverse), device=inverse.device))
+        cache = new_cache(self.model.config)
         position_ids = _positions(attention_mask)
         out = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
+            input_ids=input_ids[distinct],
+            attention_mask=attention_mask[distinct],
+            position_ids=position_ids[distinct],
             use_cache=True,
             **self.prefill_kwargs,
             **{self.cache_kwarg: cache},
         )
-        return out.logits[:, -1], cache, position_ids
+        cache.reorder_cache(inverse)  # the cache rows follow the distinct prompts' (sorted) order
+        return out.logits[inverse, -1], cache, position_ids
 
 
 class _HFDecoder(_Decoder):
@@ -397,20 +406,11 @@ def _forward_kwargs(model: torch.nn.Module) -> tuple[str, dict]:
     ``num_logits_to_keep``) makes the prefill compute the last position's logits only.
     """
     params = inspect.signature(model.forward).parameters
-    cache_kwarg = "cache" if "cache" in params else "past_key_values"
+    cache_kwarg = cache_keyword(model)
     for name in ("logits_to_keep", "num_logits_to_keep"):
         if name in params:
             return cache_kwarg, {name: 1}
     return cache_kwarg, {}
-
-
-def _new_cache(config):
-    from transformers import DynamicCache
-
-    try:
-        return DynamicCache(config=config)
-    except TypeError:  # transformers < 4.56
-        return DynamicCache()
 
 
 # ----------------------------------------------------------------------------------------------
