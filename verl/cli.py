@@ -96,6 +96,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         batches=args.batches,
         lengths=args.lengths,
         step_prompts=args.step_prompts,
+        step_micro_batch=args.step_micro_batch,
     )
 
 
@@ -164,6 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="prompts per GRPO step (x rollout.n = 8 completions each; default: the recipe's 16)",
+    )
+    bench.add_argument(
+        "--step-micro-batch",
+        type=int,
+        default=None,
+        help="rows per forward pass in the GRPO step (default: the recipe's, the whole batch)",
     )
     bench.set_defaults(func=cmd_bench)
     return parser

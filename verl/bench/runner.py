@@ -45,8 +45,9 @@ class BenchSizes:
     train_sequences: int = 64
     train_max_response_length: int = 128
     train_micro_batch: int = 16
-    step_micro_batch: int | None = 16
-    """None: the recipe's own (the whole batch per forward pass)"""
+    step_micro_batch: int | None = None
+    """None: the recipe's own (the whole batch per forward pass; the chunked LM head keeps SmolLM2's
+    logits to one 1024-token chunk at a time)"""
     step_prompts: int | None = None
     """prompts per GRPO step (each sampled rollout.n times); None: the recipe's"""
     warmup: int = 1
@@ -263,6 +264,7 @@ def run_cli(
     batches: str | None = None,
     lengths: str | None = None,
     step_prompts: int | None = None,
+    step_micro_batch: int | None = None,
 ) -> int:
     """``verl bench``: parse the comma lists, run, return the exit status."""
     sizes = QUICK if quick else FULL
@@ -273,6 +275,8 @@ def run_cli(
             sizes = replace(sizes, rollout_lengths=tuple(int(n) for n in lengths.split(",")))
         if step_prompts:
             sizes = replace(sizes, step_prompts=step_prompts)
+        if step_micro_batch:
+            sizes = replace(sizes, step_micro_batch=step_micro_batch)
         model_names = _names(models, list(default_specs()), "model") or (
             QUICK_MODELS if quick else list(default_specs())
         )

@@ -56,9 +56,9 @@ def cases(
 
 
 def micro_batch_overrides(micro_batch: int | None) -> list[str]:
-    """Rows per forward pass of the update and the log-prob pass. The recipe leaves them unset (the whole
-    batch of 128 at once): fine for the tiny model, but with SmolLM2's 49k-token vocabulary the step then
-    peaked at 14 GB, mostly logits. The update's result does not depend on it (the loss is normalised
+    """Rows per forward pass of the update and the log-prob pass; None keeps the recipe's (the whole batch
+    at once). Before the LM head ran in chunks, SmolLM2's 49k-token vocabulary made a whole-batch step
+    peak at 14 GB, mostly logits. The update's result does not depend on it (the loss is normalised
     by mini-batch counts), only its speed and memory do."""
     if micro_batch is None:
         return []
