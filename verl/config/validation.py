@@ -131,8 +131,9 @@ def validate(cfg: DictConfig) -> None:
             if budget is not None and budget < longest:
                 errors.append(
                     f"{TOKEN_BUDGET_KEYS[key]} (here {budget}; unset ones follow "
-                    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu) is a token budget per micro-batch and must hold the "
-                    f"longest sequence, data.max_prompt_length + data.max_response_length = {longest}"
+                    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu) is a token budget per micro-batch "
+                    "and must hold the longest sequence, data.max_prompt_length + data.max_response_length = "
+                    f"{longest}"
                 )
         if (
             data.train_batch_size >= 1

@@ -55,23 +55,22 @@ class Actor(TrainedModel):
     ``self.module`` is the HF model (shared with the rollout), ``self.scorer`` the `PolicyScorer` around
     it that computes log-probs, ``self.model`` what is trained (the scorer, in DDP when data parallel);
     a reference actor has no optimizer and is never wrapped (see TrainedModel). ``remove_padding``
-    packs each micro-batch, ``share_prompts`` computes each distinct prompt once, ``chunk_size`` bounds the tokens whose full logits exist at once (see
-    `verl.workers.engine.scoring`).
+    packs each micro-batch, ``share_prompts`` computes each distinct prompt once, ``chunk_size``
+    bounds the tokens whose full logits exist at once (see `verl.workers.engine.scoring`).
     """
 
     def __init__(
         self,
         model: torch.nn.Module,
         config: Any,
-        optimizer: Any = None,
-        lr_scheduler: Any = None,
-        seed: int | None = None,
+        *args: Any,
         remove_padding: bool = False,
         chunk_size: int = 0,
         share_prompts: bool = False,
+        **kwargs: Any,
     ) -> None:
         scorer = PolicyScorer(unwrap(model), remove_padding, chunk_size, share_prompts)
-        super().__init__(model, config, optimizer, lr_scheduler, seed, scorer=scorer)
+        super().__init__(model, config, *args, scorer=scorer, **kwargs)
         self.policy_loss_fn = get_policy_loss_fn(config.policy_loss.loss_mode)
 
     @torch.no_grad()

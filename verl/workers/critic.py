@@ -43,16 +43,10 @@ class Critic(TrainedModel):
     """
 
     def __init__(
-        self,
-        model: torch.nn.Module,
-        config: Any,
-        optimizer: Any = None,
-        lr_scheduler: Any = None,
-        seed: int | None = None,
-        remove_padding: bool = False,
+        self, model: torch.nn.Module, config: Any, *args: Any, remove_padding: bool = False, **kwargs: Any
     ) -> None:
         scorer = ValueScorer(unwrap(model), remove_padding)
-        super().__init__(model, config, optimizer, lr_scheduler, seed, scorer=scorer)
+        super().__init__(model, config, *args, scorer=scorer, **kwargs)
 
     @torch.no_grad()
     def compute_values(
@@ -78,7 +72,8 @@ class Critic(TrainedModel):
         """``epochs`` passes of clipped value regression over mini-batches of this rank's shard ``data``.
 
         ``mini_batch_size`` is GLOBAL (each rank takes ``mini_batch_size // world_size`` rows),
-        ``micro_batch_size`` PER RANK (or ``max_tokens`` real tokens), as in `Actor.update_policy`. Every rank returns the same metrics.
+        ``micro_batch_size`` PER RANK (or ``max_tokens`` real tokens), as in `Actor.update_policy`. Every
+        rank returns the same metrics.
         """
         cfg = self.config
         self.model.train()

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from verl.models.kv_cache import cache_keyword, new_cache
+from verl.models.kv_cache import cache_keyword, distinct_rows, leading_padding_columns, new_cache
 from verl.workers.engine.packing import pack, packed_positions
 
 # Config attributes of models whose logits are more than ``lm_head(hidden)``: they use the HF forward.
@@ -123,14 +123,12 @@ def shared_prompt_hidden(
     attending to that cache. The first response token is predicted by the prompt's last position
     (pass 1), the others by the response positions before them (pass 2).
     """
-    rows, response_length = response_mask.shape
-    width = input_ids.shape[1] - response_length
+    width = input_ids.shape[1] - response_mask.shape[1]
     prompt_mask = attention_mask[:, :width]
-    first = int(prompt_mask.eq(0).all(0).long().cumprod(0).sum())  # leading all-padding columns
-    prompt_rows = torch.cat([input_ids[:, first:width], prompt_mask[:, first:]], dim=1)
-    _, inverse = torch.unique(prompt_rows, dim=0, return_inverse=True)
-    representative = torch.empty(int(inverse.max()) + 1, dtype=torch.long, device=inverse.device)
-    representative.scatter_(0, inverse, torch.arange(rows, device=inverse.device))
+    first = leading_padding_columns(prompt_mask)
+    representative, inverse = distinct_rows(
+        torch.cat([input_ids[:, first:width], prompt_mask[:, first:]], dim=1)
+    )
     cache = new_cache(decoder.config)
     keyword = cache_keyword(decoder)
     prompt_out = decoder(

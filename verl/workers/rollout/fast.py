@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from verl.models.kv_cache import cache_keyword, new_cache
+from verl.models.kv_cache import cache_keyword, distinct_rows, leading_padding_columns, new_cache
 from verl.protocol import DataProto
 from verl.workers.rollout.base import SamplingParams, assemble_rollout_output, register_rollout
 
@@ -129,9 +129,7 @@ class _Decoder:
         Each distinct prompt is run once (GRPO repeats every prompt rollout.n times) and its cache
         rows copied to the rows that share it: the same numbers, 1/n of the prefill.
         """
-        _, inverse = torch.unique(torch.cat([input_ids, attention_mask], dim=1), dim=0, return_inverse=True)
-        distinct = torch.zeros(int(inverse.max()) + 1, dtype=torch.long, device=inverse.device)
-        distinct.scatter_(0, inverse, torch.arange(len(inverse), device=inverse.device))
+        distinct, inverse = distinct_rows(torch.cat([input_ids, attention_mask], dim=1))
         cache = new_cache(self.model.config)
         position_ids = _positions(attention_mask)
         out = self.model(
@@ -506,7 +504,7 @@ def _strip_common_left_padding(
     input_ids: torch.Tensor, attention_mask: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Drop the leading columns that are padding in every row: they are never attended to."""
-    first = int(attention_mask.long().cumsum(-1).eq(0).all(0).sum())
+    first = leading_padding_columns(attention_mask)
     if first == 0 or first >= input_ids.shape[1]:
         return input_ids, attention_mask
     return input_ids[:, first:], attention_mask[:, first:]
