@@ -16,7 +16,7 @@ from verl.config import load_config
 from verl.trainer.prepare import prepare_inputs
 from verl.trainer.rl_trainer import RLTrainer
 
-SCORING = ("reward", "compute_ref_log_prob", "compute_values")
+SCORING = ("reward", "ref", "values")  # the step names rl_step gives these calls
 
 
 def main(backend: str) -> None:
@@ -39,7 +39,7 @@ def main(backend: str) -> None:
     try:
         trainer.fit()
         spans, sums = [], []
-        for dag in trainer.recorder.dags:
+        for dag in trainer.controller.recorder.dags:
             nodes = [n for n in dag.nodes if n.method in SCORING and n.finished is not None]
             if not dag.label.startswith("step") or len(nodes) != len(SCORING):
                 continue

@@ -35,8 +35,7 @@ def main(threads: int) -> None:
         def steps(count: int) -> str:
             times = []
             for _ in range(count):
-                trainer.global_steps += 1
-                metrics = trainer.train_step(next(batches), batches)
+                metrics = trainer.train_step(trainer.global_steps + 1, next(batches), batches)
                 times.append((metrics["timing_s/step"], metrics["timing_s/update_actor"]))
             step = statistics.median(t[0] for t in times[3:])
             update = statistics.median(t[1] for t in times[3:])

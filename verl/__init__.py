@@ -1,7 +1,8 @@
 """verl: HybridFlow reinforcement-learning post-training for language models.
 
 The public API is re-exported here and imported lazily, so ``import verl`` (and ``verl --version``)
-stays fast: ``from verl import Controller, Role, DataChannel`` loads the control plane on first use.
+stays fast: ``from verl import Controller, Role, DataChannel`` loads the control plane on first use,
+``from verl import TrainerConfig, ActorRolloutRefWorker`` the config factory and the hybrid worker.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ _EXPORTS = {
     "register": "verl.single_controller.worker",
     "Dispatch": "verl.single_controller.dispatch",
     "DataProto": "verl.protocol",
+    # the seeds' Python API (docs/python_api.md)
+    "TrainerConfig": "verl.config.factory",
+    "ActorRolloutRefWorker": "verl.workers.roles",
+    "RLTrainer": "verl.trainer.rl_trainer",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -27,22 +27,23 @@ def _acc(metrics: dict) -> dict[str, float]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from verl.config import load_config, to_yaml
-    from verl.trainer.controllers import load_controller_class
     from verl.trainer.prepare import prepare_inputs
+    from verl.trainer.rl_trainer import RLTrainer
 
     overrides = list(args.overrides)
     if args.controller:
         overrides.append(f"trainer.controller={args.controller}")
+    if args.step:
+        overrides.append(f"trainer.step={args.step}")
     if args.trace:
         overrides.append("trainer.trace=true")
     config = load_config(args.config, overrides)
     if args.print_config:
         print(to_yaml(config))
         return 0
-    controller_cls = load_controller_class(config.trainer.controller)
     start = time.perf_counter()
     prepare_inputs(config)
-    trainer = controller_cls(config)
+    trainer = RLTrainer(config)
     try:
         summary = trainer.fit()
     finally:
@@ -85,7 +86,22 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from verl.bench import run_cli
+    # The harness lives in the source checkout (benchmarks/harness/), not in the installed package: the
+    # repository root is the parent of the verl package directory in an editable install.
+    from pathlib import Path
+
+    root = Path(verl.__file__).resolve().parent.parent
+    if not (root / "benchmarks" / "harness" / "__init__.py").is_file():
+        print(
+            f"verl bench: the benchmark harness (benchmarks/harness/) is not next to the verl package "
+            f"({root}); it ships with the source checkout only: clone the repository and install it "
+            "with `pip install -e .`",
+            file=sys.stderr,
+        )
+        return 2
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from benchmarks.harness import run_cli
 
     return run_cli(
         args.models,
@@ -111,8 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--controller",
         default=None,
-        help="Controller class running the loop: RLTrainer (default), GRPOController, or module:Class "
-        "(same as trainer.controller=...)",
+        help="Controller class the trainer runs its steps on: Controller (default), GRPOController, or "
+        "module:Class / file.py:Class whose _build_dag declares the step (same as trainer.controller=...)",
+    )
+    run.add_argument(
+        "--step",
+        default=None,
+        help="step function module:fn or file.py:fn with rl_step's signature (same as trainer.step=...)",
     )
     run.add_argument(
         "--trace",

@@ -68,3 +68,48 @@ def test_verl_run_default_recipe_small(tmp_path):
     assert (home / "data/arithmetic/train.parquet").exists()
     assert (home / "models/tiny-arith-sft/config.json").exists()
     assert not list(home.glob("models/*.tmp"))
+
+
+CUSTOM_STEP = '''
+from verl.trainer.step import rl_step
+
+
+def counted_step(flow, plan, step, prompts, more):
+    """The built-in step, plus a metric of its own computed in the driver."""
+    result = rl_step(flow, plan, step, prompts, more)
+    result.metrics.append(flow.driver(lambda batch: {"custom/rows": float(len(batch))}, batch=result.batch))
+    return result
+
+
+NOT_A_STEP = 3
+'''
+
+
+def test_custom_step_function_from_a_user_file(tmp_path, tiny_model_dir, arithmetic_files):
+    """`verl run --step file.py:fn` runs the user's step function instead of rl_step."""
+    (tmp_path / "my_step.py").write_text(CUSTOM_STEP)
+    train, test = arithmetic_files
+    common = [
+        f"data.train_files={train}",
+        f"data.val_files={test}",
+        "data.train_batch_size=2",
+        "data.max_response_length=4",
+        "data.val_max_samples=4",
+        f"actor_rollout_ref.model.path={tiny_model_dir}",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.rollout.n=2",
+        "trainer.total_training_steps=2",
+        "trainer.val_before_train=false",
+        "trainer.logger=[jsonl]",
+        f"trainer.default_local_dir={tmp_path / 'out'}",
+        "prepare.enable=false",
+    ]
+    result = run_verl("run", "--step", "my_step.py:counted_step", *common, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["custom/rows"] for r in records] == [4.0, 4.0]  # 2 prompts x 2 samples, every step
+    assert all("actor/pg_loss" in r for r in records)
+    bad = run_verl("run", "trainer.step=my_step.py:NOT_A_STEP", *common, cwd=tmp_path)
+    assert bad.returncode == 2 and "trainer.step='my_step.py:NOT_A_STEP' must be a function" in bad.stderr
+    missing = run_verl("run", "trainer.step=my_step.py:no_such_step", *common, cwd=tmp_path)
+    assert missing.returncode == 2 and "has no step function 'no_such_step'" in missing.stderr

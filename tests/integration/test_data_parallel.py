@@ -135,7 +135,7 @@ def run_case(case: Case, model_dir, batch: dict[str, torch.Tensor], rank: int, w
     else:
         role = Critic(model, cfg, optimizer, scheduler, seed=0)
         metrics = role.update_critic(data, case.mini_batch_size, case.micro_batch_size, cfg.ppo_epochs or 1)
-    weights = {k: v.detach().clone() for k, v in role.module.state_dict().items()}
+    weights = {k: v.detach().clone() for k, v in role.hf_model.state_dict().items()}
     moved = max((weights[k] - v).abs().max().item() for k, v in initial.items())
     return {"weights": weights, "metrics": metrics, "moved": moved}
 

@@ -10,12 +10,12 @@ import torch
 from verl.config import to_container
 from verl.trainer.operators import (
     Flow,
-    FlowController,
     GRPOAdvantageOperator,
     RewardOperator,
     RolloutOperator,
     TrainingOperator,
 )
+from verl.trainer.rl_trainer import RLTrainer
 
 pytestmark = pytest.mark.slow
 
@@ -57,8 +57,8 @@ def grpo_flow(model, engine="hf", reward_fn="arithmetic", components=("policy_lo
     )
 
 
-def policy_weights(controller: FlowController) -> dict[str, torch.Tensor]:
-    module = controller.group("actor_rollout").workers[0].module
+def policy_weights(trainer: RLTrainer) -> dict[str, torch.Tensor]:
+    module = trainer.controller.group("actor_rollout").workers[0].actor_model
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
@@ -156,12 +156,12 @@ def test_bad_settings_name_the_valid_choices():
     assert TrainingOperator(engine="ddp").overrides()["actor_rollout_ref.actor.strategy"] == "dp"
     with pytest.raises(ValueError, match="registered engines: dummy, .*hf"):
         RolloutOperator(engine="no-such-engine")
-    with pytest.raises(ValueError, match="known: arithmetic, gsm8k"):
+    with pytest.raises(ValueError, match="not a built-in scorer .*arithmetic, gsm8k"):
         RewardOperator(reward_fn="gsm8k_correctness")
 
 
 def test_builtin_scorer_name_scores_every_sample():
-    score = RewardOperator("arithmetic")._compute_score
+    score = RewardOperator("arithmetic").compute_score
     assert score(data_source="anything", solution_str="12 and more", ground_truth="12") == 1.0
     assert score(data_source="anything", solution_str="13", ground_truth="12") == 0.0
 

@@ -99,7 +99,9 @@ def reference(tiny_model_dir, arithmetic_files, tmp_path_factory):
     trainer = RLTrainer(config)
     try:
         trainer.fit()
-        policy = trainer.group("actor_rollout").workers[0].module  # the trained policy, in memory
+        policy = (
+            trainer.controller.group("actor_rollout").workers[0].actor_model
+        )  # the trained policy, in memory
     finally:
         trainer.shutdown()
     return out, reward, metrics_by_step(out), policy

@@ -17,7 +17,10 @@ from tests.integration.test_rl_steps import parity_reward, small_config  # noqa:
 from verl.data import iterate_batches  # noqa: E402
 from verl.single_controller import LocalWorkerGroup  # noqa: E402
 from verl.single_controller.ray import RayWorkerGroup  # noqa: E402
+from verl.trainer.advantage import compute_advantages  # noqa: E402
 from verl.trainer.rl_trainer import RLTrainer  # noqa: E402
+from verl.trainer.step import generate_groups  # noqa: E402
+from verl.workers.requests import UpdateRequest  # noqa: E402
 from verl.workers.roles import ActorRolloutRefWorker  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -45,15 +48,13 @@ def test_two_ray_actor_workers_update_like_one_local_worker(tiny_model_dir, arit
     )
     trainer = RLTrainer(config, reward_fn=parity_reward)  # in-process: builds a real batch with advantages
     batches = iterate_batches(trainer.train_dataset, trainer.sampler, trainer._collate, num_epochs=None)
-    trainer.global_steps = 1
-    batch, scores = trainer.rollout_and_score(next(batches))
-    old = trainer.step(role="actor_rollout", method="compute_log_prob", inputs={"data": batch}, outputs=["o"])
-    ref = trainer.step(
-        role="actor_rollout", method="compute_ref_log_prob", inputs={"data": batch}, outputs=["r"]
-    )
-    adv = trainer.compute_advantages(batch.get(), scores.get(), old=old["o"].get(), ref=ref["r"].get())[
-        "batch"
-    ]
+    flow, plan = trainer.controller, trainer.plan
+    batch = generate_groups(flow, plan, next(batches), tag="1-0")
+    scores = flow.call("reward", "compute_score", data=batch)
+    old = flow.call("actor_rollout", "compute_log_prob", data=batch)
+    ref = flow.call("actor_rollout", "compute_ref_log_prob", data=batch)
+    adv = compute_advantages(batch.get(), scores.get(), old=old.get(), ref=ref.get(), plan=plan)["batch"]
+    request = UpdateRequest(trainer.sizes)
     trainer.shutdown()
 
     init = dict(config=config, total_training_steps=2, need_ref=True)
@@ -61,8 +62,8 @@ def test_two_ray_actor_workers_update_like_one_local_worker(tiny_model_dir, arit
     two = RayWorkerGroup(ActorRolloutRefWorker, 2, init, name="actor_rollout")
     try:
         assert len(set(two.pids())) == 2 and os.getpid() not in two.pids()
-        metrics_one = one.update_actor(adv).meta_info["metrics"]
-        metrics_two = two.update_actor(adv).meta_info["metrics"]
+        metrics_one = one.update_actor(adv, request)
+        metrics_two = two.update_actor(adv, request)
         weights_one = one.call_rank0("get_state")["model"]
         weights_two = [two.call_rank0("get_state")["model"]]
     finally:
@@ -97,7 +98,7 @@ def test_rl_run_on_ray_with_two_actor_workers(tiny_model_dir, arithmetic_files, 
     )
     trainer = RLTrainer(config)
     try:
-        assert trainer.group("actor_rollout").world_size == 2
+        assert trainer.controller.group("actor_rollout").world_size == 2
         summary = trainer.fit()
     finally:
         trainer.shutdown()
@@ -127,7 +128,7 @@ def test_killed_reward_worker_is_restarted_and_the_run_completes(tiny_model_dir,
         "trainer.on_worker_failure=restart",
     )
     trainer = RLTrainer(config)
-    (victim,) = trainer.group("reward").pids()
+    (victim,) = trainer.controller.group("reward").pids()
 
     def kill_in_the_middle() -> None:
         while trainer.global_steps < 3:
@@ -138,7 +139,7 @@ def test_killed_reward_worker_is_restarted_and_the_run_completes(tiny_model_dir,
     killer.start()
     try:
         trainer.fit()
-        new_pids = trainer.group("reward").pids()
+        new_pids = trainer.controller.group("reward").pids()
     finally:
         trainer.shutdown()
     killer.join(timeout=1)

@@ -19,6 +19,7 @@ from verl.algorithms import (
     masked_whiten,
     register_adv_est,
 )
+from verl.algorithms.policy_loss_base import LossContext
 from verl.workers.engine.optim import lr_multiplier
 
 
@@ -72,7 +73,7 @@ def test_register_custom_estimator():
 
 
 def test_vanilla_policy_loss_clips_and_dual_clips():
-    cfg = {"clip_ratio": 0.2, "clip_ratio_c": 3.0}
+    cfg = LossContext(clip_ratio=0.2, clip_ratio_c=3.0)
     old = torch.zeros(1, 4)
     # ratios e^0.5=1.6487, e^-0.5=0.6065, 1.0, e^2=7.389
     new = torch.tensor([[0.5, -0.5, 0.0, 2.0]])
@@ -91,7 +92,7 @@ def test_vanilla_policy_loss_clips_and_dual_clips():
 
 
 def test_vanilla_clip_higher_is_asymmetric():
-    cfg = {"clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.28}
+    cfg = LossContext(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28)
     new = torch.tensor([[0.5]])  # ratio 1.6487 -> clipped to 1.28
     loss, _ = get_policy_loss_fn("vanilla")(
         torch.zeros(1, 1), new, torch.ones(1, 1), torch.ones(1, 1), "token-mean", cfg

@@ -508,21 +508,17 @@ def test_load_reward_manager_reads_the_policy(tmp_path):
         "def compute_score(data_sources, solution_strs, ground_truths, extra_infos):\n    return [1.0] * len(solution_strs)\n"
     )
     for name in ("naive", "dapo", "batch"):
-        config = OmegaConf.create(
-            {
-                "data": {"max_response_length": 8},
-                "reward_model": {
-                    "reward_manager": name,
-                    "error_policy": "zero",
-                    "timeout_s": 2.5,
-                    "overlong_buffer": {"enable": False, "len": 4, "penalty_factor": 1.0},
-                },
-                "custom_reward_function": {"path": str(scorer) if name == "batch" else None},
-            }
-        )
-        manager = load_reward_manager(config, DigitTokenizer())
+        overrides = [
+            "data.max_response_length=8",
+            f"reward_model.reward_manager={name}",
+            "reward_model.error_policy=zero",
+            "reward_model.timeout_s=2.5",
+        ]
+        if name == "batch":
+            overrides.append(f"custom_reward_function.path={scorer}")
+        manager = load_reward_manager(load_config(overrides=overrides, check=False), DigitTokenizer())
         assert manager.error_policy == "zero" and manager.time_limit.timeout_s == 2.5
-    default = load_reward_manager(SimpleNamespace(), DigitTokenizer())
+    default = load_reward_manager(load_config(check=False), DigitTokenizer())
     assert default.error_policy == "fail" and default.time_limit is None
 
 

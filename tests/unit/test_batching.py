@@ -6,15 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from verl.balancing import balance_across_ranks, balanced_order, balanced_partition
 from verl.protocol import DataProto
-from verl.workers.engine.batching import (
-    GLOBAL_SEQLEN,
-    balance_across_ranks,
-    balanced_partition,
-    micro_batches,
-    restore_order,
-    token_budget_groups,
-)
+from verl.workers.engine.batching import micro_batches, restore_order, token_budget_groups
 
 
 def test_first_fit_decreasing_groups():
@@ -62,10 +56,11 @@ def test_balanced_partition_keeps_row_counts_equal():
 def test_balance_across_ranks_reorders_rows_and_reports_tokens_per_rank():
     # Contiguous halves hold 10+9=19 and 2+1=3 tokens; balanced, each rank gets 11.
     data = batch_of_lengths([10, 9, 2, 1])
-    order = balance_across_ranks(data, 2)
-    assert data.batch["row"].tolist() == order.tolist() == [0, 3, 1, 2]
+    assert balanced_order(data, 2).tolist() == [0, 3, 1, 2]
+    metrics = balance_across_ranks(data, 2)
+    assert data.batch["row"].tolist() == [0, 3, 1, 2]
     assert data.non_tensor_batch["uid"].tolist() == ["u0", "u3", "u1", "u2"]
-    assert data.meta_info[GLOBAL_SEQLEN] == {
+    assert metrics == {
         "global_seqlen/min": 3.0,
         "global_seqlen/max": 19.0,
         "global_seqlen/minmax_diff": 16.0,
@@ -75,4 +70,5 @@ def test_balance_across_ranks_reorders_rows_and_reports_tokens_per_rank():
     }
     # Rows that do not split evenly are left alone (the dispatcher pads them).
     odd = batch_of_lengths([3, 2, 1])
-    assert balance_across_ranks(odd, 2).tolist() == [0, 1, 2]
+    balance_across_ranks(odd, 2)
+    assert odd.batch["row"].tolist() == [0, 1, 2]

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+from pathlib import Path
 
 import pytest
 
-from verl.bench import BenchSizes, run_bench, run_cli
-from verl.bench.measure import MIN_REPEATS, Case, planned_repeats, run_case
-from verl.bench.models import ModelSpec, prepare_model
-from verl.bench.report import format_table
-from verl.bench.rollout import engines
+# The harness lives in the source checkout (benchmarks/harness/), outside the verl package: import it from
+# the repository root, as `verl bench` does.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks.harness import BenchSizes, run_bench, run_cli  # noqa: E402
+from benchmarks.harness.measure import MIN_REPEATS, Case, planned_repeats, run_case  # noqa: E402
+from benchmarks.harness.models import ModelSpec, prepare_model  # noqa: E402
+from benchmarks.harness.report import format_table  # noqa: E402
+from benchmarks.harness.rollout import engines  # noqa: E402
 
 TOY = ModelSpec(
     "toy",
@@ -102,7 +110,7 @@ def test_json_and_printed_tables(report, tmp_path_factory):
     saved = json.loads(open(report["json_path"]).read())
     assert saved["sections"].keys() == {"rollout", "train", "step"}
     assert saved["machine"]["torch_threads"] == 1 and saved["models"][0]["n_params"] > 0
-    from verl.bench.report import render
+    from benchmarks.harness.report import render
 
     text = render(saved)
     for heading in ("(a) rollout", "(b) policy update", "(c) one GRPO step", "tokens/s", "peak MB"):
@@ -111,8 +119,8 @@ def test_json_and_printed_tables(report, tmp_path_factory):
 
 def test_a_case_in_its_own_process(tmp_path):
     """The default path: the case runs in a process forked from the forkserver and reports back."""
-    from verl.bench import rollout
-    from verl.bench.common import write_task_data
+    from benchmarks.harness import rollout
+    from benchmarks.harness.common import write_task_data
 
     write_task_data(tmp_path)
     model = prepare_model(TOY, tmp_path)
@@ -125,7 +133,7 @@ def test_a_case_in_its_own_process(tmp_path):
         threads=1,
         repeats=2,
     )
-    result = run_case(rollout.setup, case, isolate=True, preload=["verl.bench.rollout"])
+    result = run_case(rollout.setup, case, isolate=True, preload=["benchmarks.harness.rollout"])
     assert len(result["times_s"]) == 2 and all(r["tokens"] == 6 for r in result["runs"])
     assert result["peak_rss_mb"] > 0 and result["peak_delta_mb"] >= 0
 
@@ -147,3 +155,15 @@ def test_format_table_aligns_columns():
     lines = format_table(["a", "tokens/s"], [["x", 1234.5], ["yy", None]]).splitlines()
     assert len({len(line) for line in lines}) == 1
     assert lines[2].endswith("1,234") and lines[3].endswith("-")
+
+
+def test_verl_bench_needs_the_source_checkout(tmp_path, monkeypatch, capsys):
+    """Installed from a wheel (no benchmarks/ next to the package), `verl bench` says where the harness is."""
+    import verl
+    from verl.cli import main
+
+    fake_package = tmp_path / "site-packages" / "verl"
+    fake_package.mkdir(parents=True)
+    monkeypatch.setattr(verl, "__file__", str(fake_package / "__init__.py"))
+    assert main(["bench", "--quick"]) == 2
+    assert "benchmarks/harness/" in capsys.readouterr().err

@@ -147,19 +147,17 @@ def test_free_form_dicts_accept_any_keys(tmp_path: Path) -> None:
             "prepare.task_kwargs.brand_new=5",
             "prepare.tiny_model.rope_theta=10000.0",
             "prepare.sft.whatever.nested=[1,2]",
-            f"{ARR}.model.override_config.attention_dropout=0.1",
+            "custom_reward_function.reward_kwargs.scale=0.1",
         ]
     )
     assert cfg.prepare.task_kwargs.brand_new == 5
     assert cfg.prepare.task_kwargs.max_operand == 99  # merged, not replaced
     assert cfg.prepare.tiny_model.rope_theta == 10000.0
     assert list(cfg.prepare.sft.whatever.nested) == [1, 2]
-    assert cfg[ARR].model.override_config.attention_dropout == 0.1
-    path = write(
-        tmp_path, f"{ARR}:\n  model:\n    override_config:\n      rope_scaling: {{type: linear, factor: 2}}\n"
-    )
+    assert cfg.custom_reward_function.reward_kwargs.scale == 0.1
+    path = write(tmp_path, "custom_reward_function:\n  reward_kwargs:\n    bands: {low: 1, high: 2}\n")
     cfg = load_config(path, overrides=[f"{ARR}.model.path=m"])
-    assert cfg[ARR].model.override_config.rope_scaling.factor == 2
+    assert cfg.custom_reward_function.reward_kwargs.bands.high == 2
 
 
 # ------------------------------------------------------------------------------------------------ unknown keys
@@ -361,6 +359,95 @@ def test_sft_validation() -> None:
         load_config(schema=SFTConfig, overrides=["data.truncation=both"])
 
 
+# ------------------------------------------------------------------------------------------------ backends
+# Every key either has an effect on the selected backend or is refused with the backend that would read it.
+@pytest.mark.parametrize(
+    "key",
+    [
+        f"{ARR}.rollout.tensor_model_parallel_size=2",
+        f"{ARR}.rollout.gpu_memory_utilization=0.6",
+        f"{ARR}.rollout.max_num_seqs=64",
+    ],
+)
+def test_inference_server_keys_are_refused_by_the_built_engines(key: str) -> None:
+    name, _, value = key.partition("=")
+    for engine in ("fast", "hf", "dummy"):
+        with pytest.raises(ConfigError) as info:
+            load_config(overrides=[key, f"{ARR}.rollout.name={engine}"])
+        message = str(info.value)
+        assert f"{name}={value} has no effect with rollout.name={engine}" in message
+        assert "read by rollout.name=vllm or sglang, not built yet" in message
+    # the schema default and verl's usual values are accepted
+    load_config(overrides=[f"{ARR}.rollout.tensor_model_parallel_size=1", f"{ARR}.rollout.max_num_seqs=1024"])
+    load_config(overrides=[f"{ARR}.rollout.gpu_memory_utilization=0.5"])
+
+
+def test_calculate_log_probs_needs_an_engine_that_returns_them() -> None:
+    assert load_config(overrides=[f"{ARR}.rollout.calculate_log_probs=true"])[ARR].rollout.name == "fast"
+    with pytest.raises(
+        ConfigError, match=r"calculate_log_probs=true has no effect with rollout.name=hf .*fast"
+    ):
+        load_config(overrides=[f"{ARR}.rollout.calculate_log_probs=true", f"{ARR}.rollout.name=hf"])
+
+
+def test_rollout_engines_not_built_yet() -> None:
+    with pytest.raises(
+        ConfigError, match=f"{ARR}.rollout.name=vllm: not built yet; available: fast, hf, dummy"
+    ):
+        load_config(overrides=[f"{ARR}.rollout.name=vllm"])
+
+
+def test_built_rollouts_match_the_registry() -> None:
+    from verl.config.backends import BUILT_ROLLOUTS
+    from verl.workers.rollout import ROLLOUT_REGISTRY
+
+    assert set(BUILT_ROLLOUTS) == set(ROLLOUT_REGISTRY), "update verl/config/backends.py with the engines"
+
+
+@pytest.mark.parametrize(
+    ("strategy", "fragment"),
+    [
+        ("fsdp2", "fsdp2: not built yet; available: dp"),
+        ("fsdp", "fsdp: not built yet"),
+        ("ddpp", "ddpp: unknown strategy"),
+    ],
+)
+def test_actor_strategy(strategy: str, fragment: str) -> None:
+    assert load_config(overrides=[f"{ARR}.actor.strategy=dp"])[ARR].actor.strategy == "dp"
+    with pytest.raises(ConfigError, match=f"{ARR}.actor.strategy={fragment}"):
+        load_config(overrides=[f"{ARR}.actor.strategy={strategy}"])
+
+
+def test_model_override_config_is_refused_unless_empty() -> None:
+    assert len(load_config(overrides=[f"{ARR}.model.override_config={{}}"])[ARR].model.override_config) == 0
+    with pytest.raises(ConfigError, match=r"override_config=\{'attention_dropout': 0.1\}: not built yet"):
+        load_config(overrides=[f"{ARR}.model.override_config.attention_dropout=0.1"])
+
+
+def test_a_second_tokenizer_is_refused() -> None:
+    same = [f"{ARR}.model.path=m", "data.tokenizer=m", "critic.model.tokenizer_path=m"]
+    load_config(overrides=same)  # verl writes the policy's path there: harmless
+    with pytest.raises(ConfigError, match=r"data.tokenizer=other has no effect.*model.tokenizer_path"):
+        load_config(overrides=["data.tokenizer=other"])
+    with pytest.raises(ConfigError, match=r"critic.model.tokenizer_path=other has no effect"):
+        load_config(overrides=["critic.model.tokenizer_path=other"])
+
+
+def test_overlong_buffer_needs_the_dapo_manager() -> None:
+    load_config(overrides=["reward_model.overlong_buffer.enable=true", "reward_model.reward_manager=dapo"])
+    with pytest.raises(
+        ConfigError, match=r"overlong_buffer.enable=true has no effect with .*reward_manager=naive"
+    ):
+        load_config(overrides=["reward_model.overlong_buffer.enable=true"])
+
+
+def test_sft_validation_keys_not_built_yet() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(schema=SFTConfig, overrides=["data.val_files=v.parquet", "trainer.test_freq=5"])
+    assert "data.val_files='v.parquet': not built yet" in str(info.value)
+    assert "trainer.test_freq=5: not built yet" in str(info.value)
+
+
 # ------------------------------------------------------------------------------------------------ derived sizes
 def test_derive_sizes_default_recipe() -> None:
     # 16 prompts x n=8 = 128 samples; mini-batch 16 prompts = 128 samples; no micro-batch size -> whole mini-batch
@@ -474,6 +561,7 @@ def test_schema_fields_cover_verl_names() -> None:
         f"{ARR}.ref.log_prob_micro_batch_size_per_gpu",
         "algorithm.norm_adv_by_std_in_grpo",
         "custom_reward_function.name",
+        "custom_reward_function.reward_kwargs",
         "reward_model.reward_manager",
         "trainer.critic_warmup",
     ]:
@@ -507,3 +595,9 @@ def test_token_budgets_follow_the_actor_and_must_hold_the_longest_sequence() -> 
                 f"{ARR}.rollout.log_prob_max_token_len_per_gpu=39",
             ],
         )
+
+
+def test_other_frameworks_key_names_suggest_verls():
+    assert suggest_key("trainer.max_steps") == "trainer.total_training_steps"
+    assert suggest_key("data.seq_len") == "data.max_prompt_length"
+    assert suggest_key("data.batch_size") == "data.train_batch_size"

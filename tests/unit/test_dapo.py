@@ -8,7 +8,7 @@ import torch
 from omegaconf import OmegaConf
 
 from verl.protocol import DataProto
-from verl.trainer.rl_trainer import _varied_groups
+from verl.trainer.step import varied_groups
 from verl.workers.reward.dapo import DAPORewardManager, overlong_penalty
 
 
@@ -56,9 +56,9 @@ def test_varied_groups_drops_uniform_groups():
         tensors={"token_level_scores": scores},
         non_tensors={"uid": np.array(list("aabbcc"), dtype=object), "acc": [1, 0, 1, 1, 0, 0]},
     )
-    kept = _varied_groups(data, "seq_reward")
+    kept = varied_groups(data, "seq_reward")
     assert list(kept.non_tensor_batch["uid"]) == ["a", "a", "c", "c"]
     # by the reward's own acc field, group c is uniform (0, 0)
-    assert list(_varied_groups(data, "acc").non_tensor_batch["uid"]) == ["a", "a"]
+    assert list(varied_groups(data, "acc").non_tensor_batch["uid"]) == ["a", "a"]
     with pytest.raises(ValueError, match="filter_groups.metric"):
-        _varied_groups(data, "nope")
+        varied_groups(data, "nope")

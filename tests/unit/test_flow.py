@@ -240,3 +240,26 @@ def test_many_concurrent_steps_do_not_deadlock():
         )
         assert total["s"].get(timeout=10) == sum(range(60))
     assert threading.active_count() < 50
+
+
+def test_call_and_driver_shorthands_time_each_step_by_its_name():
+    with Controller() as controller:
+        controller.register_role(
+            Role("rm", worker_class=SlowScorer, init_kwargs={"value": 2.0, "seconds": 0.05})
+        )
+        with controller.dag("step 1"):
+            rewards = controller.call("rm", "score", responses=["ab", "c"], name="reward")
+            more = controller.call("rm", "score", responses=["xyz"], name="reward")
+            total, count = controller.driver(
+                lambda rewards, more: {"total": sum(rewards) + sum(more), "count": len(rewards) + len(more)},
+                name="sum",
+                outputs=("total", "count"),
+                rewards=rewards,
+                more=more,
+            )
+            single = controller.driver(lambda items: len(items), name="len", items=["only", "one"])
+        assert rewards.get() == [4.0, 2.0] and total.get() == 12.0 and count.get() == 3
+        timings = controller.last_step_timings()
+        assert set(timings) == {"reward", "sum", "len"}
+        assert timings["reward"] >= 0.1  # two calls named "reward", summed
+        assert single.get() == 2  # one output: the channel holds the whole result

@@ -73,7 +73,7 @@ def test_packed_log_probs_entropy_and_gradients_equal_padded(model_dir, chunk_si
     for scorer in (PolicyScorer(padded_model), PolicyScorer(packed_model, True, chunk_size)):
         log_probs, entropy = scorer(*batch, temperature=0.7, with_entropy=True)
         ((log_probs + 0.1 * entropy) * response_mask).sum().backward()
-        results.append((log_probs, entropy, grads(scorer.model)))
+        results.append((log_probs, entropy, grads(scorer.hf_model)))
     (lp_a, ent_a, grads_a), (lp_b, ent_b, grads_b) = results
     assert (lp_a[response_mask == 0] == 0).all() and (lp_b[response_mask == 0] == 0).all()
     torch.testing.assert_close(lp_b, lp_a, atol=1e-5, rtol=1e-5)

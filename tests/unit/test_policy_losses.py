@@ -2,9 +2,11 @@
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from verl.algorithms import POLICY_LOSS_REGISTRY, get_policy_loss_fn
 from verl.algorithms.policy_losses import (
+    LossContext,
     compute_policy_loss_cispo,
     compute_policy_loss_clip_cov,
     compute_policy_loss_geo_mean,
@@ -13,6 +15,7 @@ from verl.algorithms.policy_losses import (
     compute_policy_loss_kl_cov,
     compute_policy_loss_sapo,
 )
+from verl.config.schema import PolicyLossConfig
 
 NEW_LOSSES = {
     "gspo": compute_policy_loss_gspo,
@@ -24,10 +27,23 @@ NEW_LOSSES = {
     "cispo": compute_policy_loss_cispo,
 }
 APPROX = {"rel": 1e-5, "abs": 1e-6}
+# The Clip-Cov / KL-Cov options, which live in the actor config's ``policy_loss`` section.
+POLICY_LOSS_OPTIONS = ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef")
+
+
+def _context(config):
+    """A LossContext from the test's flat settings (None = the defaults)."""
+    config = dict(config or {})
+    options = {
+        **{k: config.pop(k) for k in POLICY_LOSS_OPTIONS if k in config},
+        **config.pop("policy_loss", {}),
+    }
+    return LossContext(**config, policy_loss=OmegaConf.merge(OmegaConf.structured(PolicyLossConfig), options))
 
 
 def _run(name, old, new, adv, mask, mode="token-mean", config=None, weights=None):
     """Returns (loss, metrics, d loss / d log_prob)."""
+    config = _context(config)
     log_prob = torch.tensor(new, requires_grad=True)
     loss, metrics = get_policy_loss_fn(name)(
         torch.tensor(old),
@@ -236,13 +252,15 @@ def test_geo_mean_value_gradient_and_clip_metrics():
     new = [[0.6, -0.6, 0.3], [-0.6, 0.5, 7.0]]  # 7.0 is padding
     adv = [[1.0, 1.0, 1.0], [-2.0, -2.0, -2.0]]
     mask = [[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]]
-    # no config -> ε = 0.4 both sides (log space)
+    # ε = 0.4 both sides (log space), the paper's range
     # seq 0, A > 0: cap at 0.4 only: [0.4, -0.6, 0.3], mean 0.1/3 -> r0 = exp(0.033333) = 1.033895
     #               loss_0 = -1 * 1.033895
     # seq 1, A < 0: floor at -0.4 only: [-0.4, 0.5], mean 0.05 -> r1 = exp(0.05) = 1.051271
     #               loss_1 = -(-2) * 1.051271 = 2.102542
     # mean over sequences: (-1.033895 + 2.102542)/2 = 0.5343235 (loss_agg_mode ignored)
-    loss, metrics, grad = _run("geo_mean", old, new, adv, mask, mode="seq-mean-token-sum")
+    loss, metrics, grad = _run(
+        "geo_mean", old, new, adv, mask, mode="seq-mean-token-sum", config={"clip_ratio": 0.4}
+    )
     assert loss == pytest.approx(0.5343235, **APPROX)
     # d/dlogπ_t = -Ā r / |y| / 2 for unclipped tokens: seq 0 -1.033895/3/2 = -0.1723159;
     # seq 1 +2*1.051271/2/2 = 0.5256355; clipped tokens and padding 0

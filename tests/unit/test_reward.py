@@ -6,13 +6,14 @@ Expectations are hand-computed; the tokenizer is a tiny char-level fake (no down
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
 
+from verl.config import TrainerConfig
 from verl.protocol import DataProto
 from verl.workers.reward import (
     SCORERS,
@@ -362,18 +363,17 @@ def test_load_custom_reward_function(tmp_path) -> None:
         load_custom_reward_function(tmp_path / "absent.py")
 
 
+def trainer_config(**sections) -> Any:
+    """A typed TrainerConfig (what the workers receive) with some sections set."""
+    return OmegaConf.merge(OmegaConf.structured(TrainerConfig), OmegaConf.create(sections))
+
+
 def test_load_reward_manager_with_custom_function(tmp_path) -> None:
     path = tmp_path / "my_reward.py"
     path.write_text(CUSTOM)
-    config = OmegaConf.create(
-        {
-            "custom_reward_function": {
-                "path": str(path),
-                "name": "my_score",
-                "reward_kwargs": {"bonus": 1.5},
-            },
-            "reward_model": {"reward_manager": "naive"},
-        }
+    config = trainer_config(
+        custom_reward_function={"path": str(path), "name": "my_score", "reward_kwargs": {"bonus": 1.5}},
+        reward_model={"reward_manager": "naive"},
     )
     manager = load_reward_manager(config, CharTokenizer(), num_examine=0)
     assert isinstance(manager, NaiveRewardManager)
@@ -383,16 +383,10 @@ def test_load_reward_manager_with_custom_function(tmp_path) -> None:
 
 def test_load_reward_manager_defaults() -> None:
     data = make_batch(["1"], ["12"], [12], ["arithmetic"])
-    for config in (
-        OmegaConf.create({"custom_reward_function": {"path": None, "name": "compute_score"}}),
-        SimpleNamespace(),
-        SimpleNamespace(reward_model=SimpleNamespace(reward_manager=None)),
-        {},
-    ):
-        manager = load_reward_manager(config, CharTokenizer())
-        assert isinstance(manager, NaiveRewardManager)
-        assert manager(data)[0, 1].item() == 1.0
+    manager = load_reward_manager(trainer_config(), CharTokenizer())
+    assert isinstance(manager, NaiveRewardManager)
+    assert manager(data)[0, 1].item() == 1.0
     with pytest.raises(ValueError, match="naive"):
-        load_reward_manager(SimpleNamespace(reward_model=SimpleNamespace(reward_manager="prime")), None)
+        load_reward_manager(trainer_config(reward_model={"reward_manager": "prime"}), None)
     with pytest.raises(FileNotFoundError):
-        load_reward_manager(SimpleNamespace(custom_reward_function={"path": "/nonexistent/x.py"}), None)
+        load_reward_manager(trainer_config(custom_reward_function={"path": "/nonexistent/x.py"}), None)

@@ -12,7 +12,12 @@ from verl.algorithms.core import (
     masked_whiten,
 )
 from verl.algorithms.kl import AdaptiveKLController, FixedKLController, get_kl_controller, kl_penalty
-from verl.algorithms.policy_losses import POLICY_LOSS_REGISTRY, get_policy_loss_fn, register_policy_loss
+from verl.algorithms.policy_losses import (
+    POLICY_LOSS_REGISTRY,
+    LossContext,
+    get_policy_loss_fn,
+    register_policy_loss,
+)
 
 __all__ = [
     "ADV_ESTIMATOR_REGISTRY",
@@ -20,6 +25,7 @@ __all__ = [
     "POLICY_LOSS_REGISTRY",
     "AdaptiveKLController",
     "FixedKLController",
+    "LossContext",
     "agg_loss",
     "anneal",
     "compute_value_loss",

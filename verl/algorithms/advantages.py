@@ -130,7 +130,7 @@ def compute_reinforce_plus_plus_outcome_advantage(
     Hu 2025, REINFORCE++ (arXiv 2501.03262).
     """
     if gamma is None:
-        gamma = getattr(config, "gamma", 1.0) if config is not None else 1.0
+        gamma = config.gamma if config is not None else 1.0
     with torch.no_grad():
         mask = response_mask.to(token_level_rewards.dtype)
         returns = torch.zeros_like(token_level_rewards)

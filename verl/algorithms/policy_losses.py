@@ -1,77 +1,34 @@
 """Policy losses, one registered function each.
 
 Every loss takes ``old_log_prob``, ``log_prob``, ``advantages``, ``response_mask`` (batch,
-response_length), ``loss_agg_mode``, ``config`` (the actor config: clip ratios ...) and
-``rollout_is_weights`` (optional per-token importance weights), and returns
+response_length), ``loss_agg_mode``, ``config`` (a `LossContext`: clip ranges, global counts, loss
+options) and ``rollout_is_weights`` (optional per-token importance weights), and returns
 ``(loss, metrics)``. Names and signatures are verl's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from verl.algorithms.core import agg_loss, masked_mean
-from verl.utils.registry import Registry
+from verl.algorithms.core import masked_mean
+from verl.algorithms.policy_loss_base import (
+    DEFAULT_CONTEXT,
+    POLICY_LOSS_REGISTRY,
+    LossContext,
+    aggregate_pg_losses,
+    get_policy_loss_fn,
+    register_policy_loss,
+)
 
-POLICY_LOSS_REGISTRY = Registry("policy loss (actor_rollout_ref.actor.policy_loss.loss_mode)")
-
-
-def register_policy_loss(name: str) -> Callable:
-    """Decorator: make a loss available as ``actor.policy_loss.loss_mode=<name>``."""
-    return POLICY_LOSS_REGISTRY.register(name)
-
-
-def get_policy_loss_fn(name: str) -> Callable[..., tuple[torch.Tensor, dict[str, Any]]]:
-    return POLICY_LOSS_REGISTRY.lookup(name)
-
-
-def _cfg(config: Any, key: str, default: Any) -> Any:
-    value = (
-        None
-        if config is None
-        else getattr(config, key, None)
-        if not isinstance(config, dict)
-        else config.get(key)
-    )
-    return default if value is None else value
-
-
-def _loss_option(config: Any, key: str, default: Any) -> Any:
-    """A loss-specific option: ``config.policy_loss.<key>`` (where verl keeps the Clip-Cov / KL-Cov
-    knobs), else ``config.<key>`` (where verl keeps ``tau_pos``/``tau_neg``), else ``default``."""
-    value = _cfg(_cfg(config, "policy_loss", None), key, None)
-    return _cfg(config, key, default) if value is None else value
-
-
-def _clip_eps(config: Any, default: float = 0.2) -> tuple[float, float]:
-    """(ε_low, ε_high): ``clip_ratio_low`` / ``clip_ratio_high``, each falling back to ``clip_ratio``."""
-    clip_ratio = _cfg(config, "clip_ratio", default)
-    return _cfg(config, "clip_ratio_low", clip_ratio), _cfg(config, "clip_ratio_high", clip_ratio)
-
-
-def agg_kwargs(config: Any) -> dict[str, Any]:
-    """The aggregation settings a loss passes on to `agg_loss` (scale factor, global counts)."""
-    return {
-        "loss_scale_factor": _cfg(config, "loss_scale_factor", None),
-        "global_num_tokens": _cfg(config, "global_num_tokens", None),
-        "global_num_seqs": _cfg(config, "global_num_seqs", None),
-    }
-
-
-def aggregate_pg_losses(
-    pg_losses: torch.Tensor,
-    response_mask: torch.Tensor,
-    loss_agg_mode: str,
-    config: Any,
-    rollout_is_weights: torch.Tensor | None,
-) -> torch.Tensor:
-    """Weight per-token losses by the rollout importance weights (when given), then aggregate."""
-    if rollout_is_weights is not None:
-        pg_losses = pg_losses * rollout_is_weights
-    return agg_loss(pg_losses, response_mask, loss_agg_mode, **agg_kwargs(config))
+# Clip-Cov, KL-Cov and GMPO live in a second module (importing it registers them); it imports only
+# the shared base, never this module.
+from verl.algorithms.policy_losses_extra import (
+    compute_policy_loss_clip_cov,
+    compute_policy_loss_geo_mean,
+    compute_policy_loss_kl_cov,
+)
 
 
 @register_policy_loss("vanilla")
@@ -81,7 +38,7 @@ def compute_policy_loss_vanilla(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: LossContext = DEFAULT_CONTEXT,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """PPO clipped surrogate with dual clip (Schulman et al. 2017, arXiv 1707.06347; Ye et al. 2019,
@@ -91,10 +48,7 @@ def compute_policy_loss_vanilla(
     for A < 0 the loss is further capped: L = min(L_clip, −c·A) with c = ``clip_ratio_c`` > 1.
     ε_low/ε_high default to ``clip_ratio``; ε_high > ε_low is DAPO's clip-higher.
     """
-    clip_ratio = _cfg(config, "clip_ratio", 0.2)
-    eps_low = _cfg(config, "clip_ratio_low", clip_ratio)
-    eps_high = _cfg(config, "clip_ratio_high", clip_ratio)
-    clip_c = _cfg(config, "clip_ratio_c", 3.0)
+    eps_low, eps_high, clip_c = config.clip_ratio_low, config.clip_ratio_high, config.clip_ratio_c
     if clip_c <= 1.0:
         raise ValueError(f"clip_ratio_c must be > 1 for dual-clip PPO, got {clip_c}")
 
@@ -130,7 +84,7 @@ def compute_policy_loss_gspo(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: LossContext = DEFAULT_CONTEXT,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """GSPO, Group Sequence Policy Optimization (Zheng et al. 2025, arXiv 2507.18071).
@@ -148,7 +102,7 @@ def compute_policy_loss_gspo(
     whatever ``loss_agg_mode`` says, as in verl; ``global_num_seqs`` is still honoured.
     Metrics: ``actor/pg_clipfrac`` (fraction of tokens whose clipped branch is taken), ``actor/ppo_kl``.
     """
-    eps_low, eps_high = _clip_eps(config)
+    eps_low, eps_high = config.clip_ratio_low, config.clip_ratio_high
     negative_approx_kl = log_prob - old_log_prob
     seq_log_ratio = masked_mean(negative_approx_kl, response_mask, dim=-1)  # s_i, (batch,)
     log_ratio = seq_log_ratio.detach().unsqueeze(-1) + log_prob - log_prob.detach()
@@ -171,7 +125,7 @@ def compute_policy_loss_sapo(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: LossContext = DEFAULT_CONTEXT,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """SAPO, Soft Adaptive Policy Optimization (Gao et al. 2025, arXiv 2511.20347).
@@ -185,8 +139,7 @@ def compute_policy_loss_sapo(
     ``seq-mean-token-mean`` (as verl and the paper's per-sequence average), whatever ``loss_agg_mode``
     says; ``global_num_seqs`` is still honoured. Metrics: ``actor/ppo_kl`` (no clipping to report).
     """
-    tau_pos = float(_loss_option(config, "tau_pos", 1.0))
-    tau_neg = float(_loss_option(config, "tau_neg", 1.05))
+    tau_pos, tau_neg = float(config.tau_pos), float(config.tau_neg)
     negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
     ratio = torch.exp(negative_approx_kl)
     tau = torch.where(
@@ -209,7 +162,7 @@ def compute_policy_loss_gpg(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: LossContext = DEFAULT_CONTEXT,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """GPG, Group Policy Gradient (Chu et al. 2025, arXiv 2504.02546).
@@ -232,7 +185,7 @@ def compute_policy_loss_cispo(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: LossContext = DEFAULT_CONTEXT,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """CISPO, Clipped IS-weight Policy Optimization (MiniMax-M1, arXiv 2506.13585).
@@ -245,7 +198,7 @@ def compute_policy_loss_cispo(
     Metrics: ``actor/pg_clipfrac`` (fraction of tokens whose weight was clipped, either side),
     ``actor/ppo_kl``.
     """
-    eps_low, eps_high = _clip_eps(config)
+    eps_low, eps_high = config.clip_ratio_low, config.clip_ratio_high
     negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
     ratio = torch.exp(negative_approx_kl)
     clipped_ratio = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
@@ -257,16 +210,9 @@ def compute_policy_loss_cispo(
     return loss, {"actor/pg_clipfrac": pg_clipfrac.item(), "actor/ppo_kl": ppo_kl.item()}
 
 
-# Clip-Cov, KL-Cov and GMPO live in a second module; importing it registers them.
-from verl.algorithms.policy_losses_extra import (  # noqa: E402
-    compute_policy_loss_clip_cov,
-    compute_policy_loss_geo_mean,
-    compute_policy_loss_kl_cov,
-)
-
 __all__ = [
     "POLICY_LOSS_REGISTRY",
-    "agg_kwargs",
+    "LossContext",
     "compute_policy_loss_cispo",
     "compute_policy_loss_clip_cov",
     "compute_policy_loss_geo_mean",

@@ -1,7 +1,8 @@
 """Covariance-based (Clip-Cov, KL-Cov) and geometric-mean (GMPO) policy losses.
 
-Split from `verl.algorithms.policy_losses`, which imports this module at its end so that these losses
-are registered (and importable from there) whenever the registry is.
+Split from `verl.algorithms.policy_losses`, which imports this module so that these losses are registered
+(and importable from there) whenever the registry is; both import their shared parts from
+`verl.algorithms.policy_loss_base`.
 """
 
 from __future__ import annotations
@@ -11,10 +12,9 @@ from typing import Any
 import torch
 
 from verl.algorithms.core import agg_loss, masked_mean
-from verl.algorithms.policy_losses import (
-    _cfg,
-    _clip_eps,
-    _loss_option,
+from verl.algorithms.policy_loss_base import (
+    DEFAULT_CONTEXT,
+    LossContext,
     aggregate_pg_losses,
     register_policy_loss,
 )
@@ -33,7 +33,7 @@ def compute_policy_loss_clip_cov(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: LossContext = DEFAULT_CONTEXT,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Clip-Cov (Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs", arXiv 2505.22617).
@@ -45,17 +45,20 @@ def compute_policy_loss_clip_cov(
     c_t = 0 (a detached mask: their loss and gradient vanish, they still count in the denominator);
     all other tokens have c_t = 1. High-covariance tokens are the ones whose updates collapse entropy.
 
-    No dual clip (as verl). The draw uses ``torch.Generator().manual_seed(seed)`` when the config has
-    a ``seed`` (the same seed draws the same permutation on every call: meant for tests), else torch's
-    global RNG. Options are read from ``config.policy_loss`` (where verl keeps them) or ``config``.
+    No dual clip (as verl). The draw uses ``torch.Generator().manual_seed(config.seed)`` when the
+    context has a ``seed`` (the same seed draws the same permutation on every call: meant for tests), else
+    torch's global RNG. Options are read from ``config.policy_loss``, where verl keeps them.
     Covariance and draw are per call, i.e. per micro-batch, as in verl.
     Metrics: ``actor/pg_clipfrac`` is, as in verl, the fraction of valid tokens whose gradient Clip-Cov
     removed (not the PPO clip fraction); ``actor/ppo_kl``.
     """
-    eps_low, eps_high = _clip_eps(config)
-    clip_cov_ratio = _loss_option(config, "clip_cov_ratio", 2e-4)
-    clip_cov_lb = _loss_option(config, "clip_cov_lb", 1.0)
-    clip_cov_ub = _loss_option(config, "clip_cov_ub", 5.0)
+    eps_low, eps_high = config.clip_ratio_low, config.clip_ratio_high
+    options = config.policy_loss
+    clip_cov_ratio, clip_cov_lb, clip_cov_ub = (
+        options.clip_cov_ratio,
+        options.clip_cov_lb,
+        options.clip_cov_ub,
+    )
     if clip_cov_ratio <= 0:
         raise ValueError(f"clip_cov_ratio must be > 0, got {clip_cov_ratio}")
 
@@ -72,8 +75,7 @@ def compute_policy_loss_clip_cov(
     keep = torch.ones_like(ratio, dtype=torch.bool)
     if len(candidates) > 0:
         num_clip = min(max(int(clip_cov_ratio * valid.sum().item()), 1), len(candidates))
-        seed = _loss_option(config, "seed", None)
-        generator = None if seed is None else torch.Generator().manual_seed(int(seed))
+        generator = None if config.seed is None else torch.Generator().manual_seed(int(config.seed))
         chosen = candidates[torch.randperm(len(candidates), generator=generator)[:num_clip].to(cov.device)]
         keep[chosen[:, 0], chosen[:, 1]] = False
     corr = keep.to(ratio.dtype)  # built without autograd: a constant 0/1 factor
@@ -91,7 +93,7 @@ def compute_policy_loss_kl_cov(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: LossContext = DEFAULT_CONTEXT,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """KL-Cov (Cui et al. 2025, arXiv 2505.22617).
@@ -103,12 +105,11 @@ def compute_policy_loss_kl_cov(
 
     ``ppo_kl_coef`` defaults to 1.0, verl's code default (verl's YAML and the paper's recipes use 0.1
     — set it). |Δ| uses the unclamped log-ratio, so the penalty keeps pulling far-off tokens back.
-    Options are read from ``config.policy_loss`` (where verl keeps them) or ``config``. Selection is per
+    Options are read from ``config.policy_loss``, where verl keeps them. Selection is per
     call, i.e. per micro-batch, as in verl. Aggregated by ``loss_agg_mode``.
     Metrics: ``actor/ppo_kl`` is, as in verl, the masked mean of |Δ| (not of −Δ); no clip fraction.
     """
-    kl_cov_ratio = _loss_option(config, "kl_cov_ratio", 2e-4)
-    ppo_kl_coef = _loss_option(config, "ppo_kl_coef", 1.0)
+    kl_cov_ratio, ppo_kl_coef = config.policy_loss.kl_cov_ratio, config.policy_loss.ppo_kl_coef
     if kl_cov_ratio <= 0:
         raise ValueError(f"kl_cov_ratio must be > 0, got {kl_cov_ratio}")
 
@@ -141,7 +142,7 @@ def compute_policy_loss_geo_mean(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: Any = None,
+    config: LossContext = DEFAULT_CONTEXT,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """GMPO, Geometric-Mean Policy Optimization (Zhao et al. 2025, arXiv 2507.20673).
@@ -155,7 +156,7 @@ def compute_policy_loss_geo_mean(
     The paper writes the objective as (Π_t |min(ρ_t·A, clip(ρ_t)·A)|)^(1/|y|)·sgn(A); for a
     sequence-level A this is A·exp(mean_t Δ̃) above, so advantages are expected to be constant within a
     sequence (GRPO-style). ε are log-space bounds: ``clip_ratio_low``/``clip_ratio_high`` falling back to
-    ``clip_ratio``, then to 0.4 (the paper's range (e^−0.4, e^0.4); verl's GMPO recipe sets
+    ``clip_ratio`` (the paper's range is (e^−0.4, e^0.4); verl's GMPO recipe sets
     clip_ratio_low = clip_ratio_high = 0.4 explicitly — an actor config with the PPO ``clip_ratio`` 0.2
     gives 0.2 unless they are set). ``loss_agg_mode`` is ignored: the loss is a mean over sequences,
     divided by ``global_num_seqs`` when given. ``rollout_is_weights`` enter per sequence as the
@@ -164,9 +165,7 @@ def compute_policy_loss_geo_mean(
     log-ratio was actually clipped with A > 0 / A < 0 (verl counts tokens outside the range even on
     the unclipped side); ``actor/ppo_kl``.
     """
-    clip_ratio = _cfg(config, "clip_ratio", 0.4)
-    eps_low = _cfg(config, "clip_ratio_low", clip_ratio)
-    eps_high = _cfg(config, "clip_ratio_high", clip_ratio)
+    eps_low, eps_high = config.clip_ratio_low, config.clip_ratio_high
 
     negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
     ppo_kl = masked_mean(-negative_approx_kl, response_mask)
@@ -185,7 +184,7 @@ def compute_policy_loss_geo_mean(
         pg_losses.unsqueeze(-1),
         torch.ones_like(pg_losses).unsqueeze(-1),
         "seq-mean-token-sum",
-        global_num_seqs=_cfg(config, "global_num_seqs", None),
+        global_num_seqs=config.global_num_seqs,
     )
 
     clipped = (log_ratio != negative_approx_kl).float()

@@ -152,6 +152,16 @@ def _leaf_similarity(leaf: str, cand: str) -> float:
     return max(_ratio(leaf, cand), 0.9 * coverage, prefix)
 
 
+# Other frameworks' (and the seeds') names for a verl key, which spelling similarity alone gets wrong
+# (``trainer.max_steps`` reads like ``trainer.step``, ``data.seq_len`` like ``data.seed``).
+KEY_ALIASES = {
+    "trainer.max_steps": "trainer.total_training_steps",
+    "data.seq_len": "data.max_prompt_length",
+    "data.max_seq_len": "data.max_prompt_length",
+    "data.batch_size": "data.train_batch_size",
+}
+
+
 def suggest_key(key: str, schema: type = TrainerConfig) -> str | None:
     """Nearest valid dotted key to an unknown one, or None when nothing is close.
 
@@ -167,6 +177,8 @@ def suggest_key(key: str, schema: type = TrainerConfig) -> str | None:
     A candidate that ends with the whole key (leading sections left out) scores at least 0.95, ties going
     to the first declared. Ancestors of the key are never suggested. Below a score of 0.6 there is no suggestion.
     """
+    if schema is TrainerConfig and key in KEY_ALIASES:
+        return KEY_ALIASES[key]
     leaf = key.rsplit(".", 1)[-1]
     parent = key.rpartition(".")[0]
     best, best_score = None, 0.0

@@ -6,6 +6,7 @@ so verl recipes and command lines translate one to one. Every field carries a on
 Batch sizes follow verl's units: ``data.train_batch_size`` and ``actor.ppo_mini_batch_size`` count *prompts*;
 ``ppo_micro_batch_size_per_gpu`` and ``log_prob_micro_batch_size_per_gpu`` count *samples* (responses).
 Sizes derived from these live in :func:`verl.config.sizes.derive_sizes` and are never written back.
+The ``actor_rollout_ref`` and ``critic`` sections are in ``schema_workers.py`` (re-exported here).
 
 ``Optional[...]`` is kept (rather than ``X | None``) because older OmegaConf releases cannot read PEP 604 unions.
 """
@@ -14,6 +15,42 @@ Sizes derived from these live in :func:`verl.config.sizes.derive_sizes` and are 
 
 from dataclasses import dataclass, field
 from typing import Any, Optional
+
+from verl.config.schema_workers import (
+    ActorConfig,
+    ActorRolloutRefConfig,
+    CriticConfig,
+    CriticModelConfig,
+    ModelConfig,
+    OptimConfig,
+    PolicyLossConfig,
+    RefConfig,
+    RolloutConfig,
+    SamplingConfig,
+)
+
+__all__ = [
+    "ActorConfig",
+    "ActorRolloutRefConfig",
+    "AlgorithmConfig",
+    "CriticConfig",
+    "CriticModelConfig",
+    "CustomRewardFunctionConfig",
+    "DataConfig",
+    "FilterGroupsConfig",
+    "KLControlConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "OverlongBufferConfig",
+    "PolicyLossConfig",
+    "PrepareConfig",
+    "RefConfig",
+    "RewardModelConfig",
+    "RolloutConfig",
+    "SamplingConfig",
+    "TrainerConfig",
+    "TrainerSection",
+]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -24,7 +61,8 @@ class DataConfig:
     """``data``: where prompts come from and how they are shaped."""
 
     tokenizer: Optional[str] = None
-    """tokenizer name or path; None = use the model's tokenizer"""
+    """tokenizer name or path: prompts are tokenized with the policy's tokenizer
+    (actor_rollout_ref.model.tokenizer_path), so only None or that tokenizer is accepted"""
     train_files: Any = None
     """training parquet file(s): a path or a list of paths (see ``as_file_list``)"""
     val_files: Any = None
@@ -56,271 +94,6 @@ class DataConfig:
     """use at most this many training rows; -1 = all"""
     val_max_samples: int = -1
     """use at most this many validation rows; -1 = all"""
-
-
-# --------------------------------------------------------------------------------------------------------------
-# actor_rollout_ref
-# --------------------------------------------------------------------------------------------------------------
-@dataclass
-class ModelConfig:
-    """``actor_rollout_ref.model``: the policy (and reference) model."""
-
-    path: str = ""
-    """model directory or hub id (required; checked at load)"""
-    tokenizer_path: Optional[str] = None
-    """tokenizer directory or hub id; None = same as path"""
-    trust_remote_code: bool = False
-    """allow custom modelling code shipped with the checkpoint"""
-    torch_dtype: str = "float32"
-    """parameter dtype: float32 | bfloat16 | float16"""
-    attn_implementation: str = "sdpa"
-    """transformers attention backend: sdpa | eager | flash_attention_2"""
-    enable_gradient_checkpointing: bool = False
-    """recompute activations in the backward pass to save memory"""
-    use_remove_padding: bool = False
-    """padding-free forward passes: each micro-batch's real tokens packed into one sequence, attention
-    kept within each sequence (flash-attn varlen on GPU, per-row SDPA otherwise)"""
-    share_prompts: bool = True
-    """log-prob and update passes: run each distinct prompt of a micro-batch once and let its responses
-    (the rollout.n samples of a group) attend to its cached keys/values: same results, the prompt
-    computed once per group instead of once per sample. Padded passes only (use_remove_padding takes
-    precedence); off by itself under gradient checkpointing and for models whose logits are scaled"""
-    log_prob_chunk_size: int = 1024
-    """response tokens per pass through the LM head when computing log-probs: full-vocabulary logits
-    exist for at most this many tokens at once (recomputed in backward); 0 = all at once"""
-    override_config: dict[str, Any] = field(default_factory=dict)
-    """free-form overrides applied to the transformers model config"""
-
-
-@dataclass
-class OptimConfig:
-    """``actor_rollout_ref.actor.optim``: AdamW and its learning-rate schedule."""
-
-    lr: float = 1e-6
-    """peak learning rate"""
-    weight_decay: float = 0.01
-    """AdamW weight decay"""
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    """AdamW (beta1, beta2)"""
-    lr_warmup_steps: int = -1
-    """linear warmup length in optimizer steps; -1 = use lr_warmup_steps_ratio"""
-    lr_warmup_steps_ratio: float = 0.0
-    """warmup length as a fraction of total optimizer steps (used when lr_warmup_steps is -1)"""
-    lr_scheduler_type: str = "constant"
-    """schedule after warmup: constant | cosine"""
-    min_lr_ratio: float = 0.0
-    """cosine schedule floor as a fraction of lr"""
-
-
-@dataclass
-class PolicyLossConfig:
-    """``actor_rollout_ref.actor.policy_loss``: which policy-gradient loss to use."""
-
-    loss_mode: str = "vanilla"
-    """policy loss: vanilla (PPO clip + dual clip) | gspo | sapo | gpg | clip_cov | kl_cov | geo_mean | cispo"""
-    clip_cov_ratio: float = 2e-4
-    """clip_cov: fraction of tokens whose gradient is removed"""
-    clip_cov_lb: float = 1.0
-    """clip_cov: lower bound of the covariance band of candidate tokens"""
-    clip_cov_ub: float = 5.0
-    """clip_cov: upper bound of the covariance band of candidate tokens"""
-    kl_cov_ratio: float = 2e-4
-    """kl_cov: fraction of tokens (highest covariance) that get the |log-ratio| penalty"""
-    ppo_kl_coef: float = 1.0
-    """kl_cov: coefficient of the |log-ratio| penalty"""
-    tau_pos: float = 1.0
-    """sapo: gate temperature for positive advantages"""
-    tau_neg: float = 1.05
-    """sapo: gate temperature for negative advantages"""
-
-
-@dataclass
-class ActorConfig:
-    """``actor_rollout_ref.actor``: the policy update."""
-
-    strategy: str = "dp"
-    """training backend: dp (single process / data parallel)"""
-    ppo_mini_batch_size: int = 256
-    """prompts per optimizer step (times rollout.n samples), as in verl"""
-    ppo_micro_batch_size_per_gpu: Optional[int] = None
-    """samples per forward/backward pass; None = the whole mini-batch (no gradient accumulation)"""
-    use_dynamic_bsz: bool = False
-    """form micro-batches by real-token count (ppo_max_token_len_per_gpu) instead of sample count; the
-    log-prob passes follow unless rollout/ref.log_prob_use_dynamic_bsz say otherwise"""
-    ppo_max_token_len_per_gpu: int = 16384
-    """real tokens (prompt + response) per micro-batch when use_dynamic_bsz is on"""
-    ppo_epochs: int = 1
-    """passes over each RL batch"""
-    shuffle: bool = False
-    """shuffle samples between PPO epochs"""
-    clip_ratio: float = 0.2
-    """PPO clip range epsilon (used for both sides unless clip_ratio_low/high are set)"""
-    clip_ratio_low: Optional[float] = None
-    """lower clip range; None = clip_ratio"""
-    clip_ratio_high: Optional[float] = None
-    """upper clip range (DAPO clip-higher); None = clip_ratio"""
-    clip_ratio_final: Optional[float] = None
-    """clip-ratio schedule: anneal clip_ratio to this value by the last step (None = constant); an explicit
-    clip_ratio_low/high is scaled by the same factor"""
-    clip_ratio_schedule: str = "linear"
-    """shape of the clip-ratio annealing when clip_ratio_final is set: linear | cosine"""
-    clip_ratio_c: float = 3.0
-    """dual-clip constant c for negative advantages"""
-    grad_clip: float = 1.0
-    """max global gradient norm"""
-    loss_agg_mode: str = "token-mean"
-    """loss aggregation: token-mean | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm"""
-    loss_scale_factor: Optional[float] = None
-    """constant divisor for seq-mean-token-sum-norm; None = max_response_length"""
-    entropy_coeff: float = 0.0
-    """entropy bonus coefficient"""
-    use_kl_loss: bool = False
-    """add a KL(actor || ref) term to the loss (GRPO style)"""
-    kl_loss_coef: float = 0.001
-    """coefficient of the KL loss term"""
-    kl_loss_type: str = "low_var_kl"
-    """KL estimator for the loss: kl (k1) | abs | mse (k2) | low_var_kl (k3), or with "+" (k3+: value of k3, gradient of k2)"""
-    recompute_old_log_prob: Optional[bool] = None
-    """run the old_log_prob pass; None = only when needed: it is skipped when every RL step makes
-    exactly one optimizer step (the policy that sampled is the one being updated, so the detached
-    current log-probs are the old ones) and no KL-in-reward needs them"""
-    policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
-    """policy-loss variant"""
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    """optimizer and learning-rate schedule"""
-
-
-@dataclass
-class SamplingConfig:
-    """``actor_rollout_ref.rollout.val_kwargs``: sampling used for validation."""
-
-    n: int = 1
-    """responses per validation prompt"""
-    temperature: float = 0.0
-    """sampling temperature (0 = greedy)"""
-    top_p: float = 1.0
-    """nucleus sampling threshold"""
-    top_k: int = -1
-    """top-k sampling; -1 = off"""
-    do_sample: bool = False
-    """sample (True) or decode greedily (False)"""
-
-
-@dataclass
-class RolloutConfig:
-    """``actor_rollout_ref.rollout``: response generation."""
-
-    name: str = "fast"
-    """generation engine: fast (KV-cached decoding, finished rows dropped, returns log-probs) | hf
-    (transformers' generate) | dummy (random tokens, for tests)"""
-    n: int = 1
-    """responses sampled per prompt (the GRPO group size)"""
-    temperature: float = 1.0
-    """sampling temperature"""
-    top_p: float = 1.0
-    """nucleus sampling threshold"""
-    top_k: int = -1
-    """top-k sampling; -1 = off"""
-    do_sample: bool = True
-    """sample (True) or decode greedily (False)"""
-    log_prob_micro_batch_size_per_gpu: Optional[int] = None
-    """samples per forward pass when recomputing old log-probs; None = whole batch"""
-    log_prob_use_dynamic_bsz: Optional[bool] = None
-    """old log-prob pass: micro-batches by token count; None = actor.use_dynamic_bsz"""
-    log_prob_max_token_len_per_gpu: Optional[int] = None
-    """old log-prob pass: real tokens per micro-batch; None = actor.ppo_max_token_len_per_gpu"""
-    calculate_log_probs: bool = False
-    """return the engine's own log-probs with each response"""
-    micro_batch_size: Optional[int] = None
-    """generation chunk size in prompts; None = the whole batch at once"""
-    tensor_model_parallel_size: int = 1
-    """tensor parallel size of the inference engine"""
-    gpu_memory_utilization: float = 0.5
-    """fraction of GPU memory the inference engine may take"""
-    max_num_seqs: int = 256
-    """maximum concurrent sequences in the inference engine"""
-    val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
-    """sampling used for validation"""
-
-
-@dataclass
-class RefConfig:
-    """``actor_rollout_ref.ref``: the frozen reference policy."""
-
-    log_prob_micro_batch_size_per_gpu: Optional[int] = None
-    """samples per forward pass when computing reference log-probs; None = whole batch"""
-    log_prob_use_dynamic_bsz: Optional[bool] = None
-    """reference pass: micro-batches by token count; None = actor.use_dynamic_bsz"""
-    log_prob_max_token_len_per_gpu: Optional[int] = None
-    """reference pass: real tokens per micro-batch; None = actor.ppo_max_token_len_per_gpu"""
-
-
-@dataclass
-class ActorRolloutRefConfig:
-    """``actor_rollout_ref``: the hybrid worker holding actor, rollout and reference."""
-
-    model: ModelConfig = field(default_factory=ModelConfig)
-    """model shared by actor, rollout and reference"""
-    actor: ActorConfig = field(default_factory=ActorConfig)
-    """policy update"""
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    """response generation"""
-    ref: RefConfig = field(default_factory=RefConfig)
-    """reference policy"""
-
-
-@dataclass
-class CriticModelConfig:
-    """``critic.model``: the value model, a causal LM backbone with a scalar head per token."""
-
-    path: Optional[str] = None
-    """model directory; None = the actor's model.path"""
-    tokenizer_path: Optional[str] = None
-    """tokenizer directory; None = the actor's tokenizer"""
-    trust_remote_code: bool = False
-    """allow custom modelling code from the model directory"""
-    torch_dtype: str = "float32"
-    """parameter dtype: float32 | bfloat16 | float16"""
-    attn_implementation: str = "sdpa"
-    """attention kernel: sdpa | eager | flash_attention_2"""
-    enable_gradient_checkpointing: bool = False
-    """recompute activations in backward to save memory"""
-    use_remove_padding: Optional[bool] = None
-    """padding-free forward passes (see actor_rollout_ref.model); None = the actor's setting"""
-
-
-@dataclass
-class CriticConfig:
-    """``critic``: the value function of PPO (GAE needs it; GRPO-family estimators do not)."""
-
-    enable: Optional[bool] = None
-    """build a critic; None = only when the advantage estimator needs values (gae)"""
-    model: CriticModelConfig = field(default_factory=CriticModelConfig)
-    """value model"""
-    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
-    """optimizer and learning-rate schedule of the critic"""
-    ppo_mini_batch_size: Optional[int] = None
-    """prompts per critic optimizer step; None = the actor's ppo_mini_batch_size"""
-    ppo_micro_batch_size_per_gpu: Optional[int] = None
-    """samples per forward/backward pass; None = the whole mini-batch"""
-    ppo_epochs: Optional[int] = None
-    """passes over the batch per RL step; None = the actor's ppo_epochs"""
-    shuffle: bool = False
-    """shuffle samples between critic mini-batches"""
-    cliprange_value: float = 0.5
-    """value clipping: predictions move at most this far from the old values"""
-    loss_agg_mode: str = "token-mean"
-    """aggregation of the value loss (same modes as the actor)"""
-    grad_clip: float = 1.0
-    """max global gradient norm"""
-    forward_micro_batch_size_per_gpu: Optional[int] = None
-    """samples per forward pass when computing values; None = whole batch"""
-    use_dynamic_bsz: Optional[bool] = None
-    """micro-batches by token count; None = actor.use_dynamic_bsz"""
-    ppo_max_token_len_per_gpu: Optional[int] = None
-    """update: real tokens per micro-batch; None = actor.ppo_max_token_len_per_gpu"""
-    forward_max_token_len_per_gpu: Optional[int] = None
-    """value pass: real tokens per micro-batch; None = ppo_max_token_len_per_gpu"""
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -382,6 +155,8 @@ class CustomRewardFunctionConfig:
     """python file defining the function; None = built-in scorers chosen by data_source"""
     name: str = "compute_score"
     """function name inside that file"""
+    reward_kwargs: dict[str, Any] = field(default_factory=dict)
+    """free-form keyword arguments bound to that function (as in verl)"""
 
 
 @dataclass
@@ -389,7 +164,8 @@ class OverlongBufferConfig:
     """``reward_model.overlong_buffer`` (DAPO's soft overlong punishment, used by the ``dapo`` manager)."""
 
     enable: bool = False
-    """penalise responses that run into the last ``len`` tokens of max_response_length"""
+    """penalise responses that run into the last ``len`` tokens of max_response_length (reward_manager=dapo
+    only; refused with the naive and batch managers)"""
     len: int = 4
     """length of the penalty ramp at the end of the response budget, in tokens"""
     penalty_factor: float = 1.0
@@ -465,7 +241,11 @@ class TrainerSection:
     """where role workers run: local (in this process, the default) | ray (one Ray actor process per worker;
     needed for more than one data-parallel worker)"""
     controller: str = "RLTrainer"
-    """the Controller class that runs the loop: a built-in name (RLTrainer, GRPOController) or module:Class"""
+    """the Controller class the trainer declares its steps on: a built-in name (RLTrainer = a plain Controller,
+    GRPOController) or module:Class / file.py:Class; a class that overrides _build_dag is the step"""
+    step: Optional[str] = None
+    """the RL step function, module:fn or file.py:fn with the signature of verl.trainer.step.rl_step
+    (flow, plan, step, prompts, more) -> StepResult; None = rl_step"""
     trace: bool = False
     """write an HTML trace of every step's DAG (timings, waits, bytes moved) to trace_path"""
     trace_path: Optional[str] = None

@@ -15,7 +15,7 @@ class SFTDataConfig:
     train_files: Any = None
     """training parquet file(s): a path or a list of paths"""
     val_files: Any = None
-    """validation parquet file(s): a path or a list of paths"""
+    """validation parquet file(s): not built yet (verl sft has no validation pass), so only None is accepted"""
     prompt_key: str = "prompt"
     """column holding the prompt"""
     response_key: str = "reward_model.ground_truth"
@@ -71,7 +71,7 @@ class SFTTrainerSection:
     logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])
     """metric sinks: console | jsonl | tensorboard | wandb"""
     test_freq: int = -1
-    """validate every this many steps; -1 = never"""
+    """validate every this many steps: not built yet (no validation pass), so only -1 (never) is accepted"""
     torch_threads: Optional[int] = None
     """torch intra-op CPU threads; None = torch default"""
 

@@ -1,4 +1,5 @@
-"""Value validation of a loaded config: allowed choices, lower bounds, file lists, batch divisibility."""
+"""Value validation of a loaded config: allowed choices, lower bounds, file lists, batch divisibility, and keys
+the selected backend would ignore (``backends.py``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from verl.config.backends import backend_errors, sft_backend_errors
 from verl.config.errors import ConfigError, short_repr
 from verl.config.schema import TrainerConfig
 from verl.config.sizes import TOKEN_BUDGET_KEYS, derive_sizes, token_budgets
@@ -144,6 +146,7 @@ def validate(cfg: DictConfig) -> None:
                 f"data.train_batch_size ({data.train_batch_size}) must be divisible by "
                 f"actor_rollout_ref.actor.ppo_mini_batch_size ({actor.ppo_mini_batch_size})"
             )
+        errors.extend(backend_errors(cfg))
         if not errors:
             try:
                 derive_sizes(cfg)
@@ -159,5 +162,6 @@ def validate(cfg: DictConfig) -> None:
         if not str(cfg.model.path).strip():
             errors.append("model.path is required (a model directory or hub id); got ''")
         _optim_errors(errors, "optim", cfg.optim)
+        errors.extend(sft_backend_errors(cfg))
     if errors:
         raise ConfigError("invalid config: " + "; ".join(errors))

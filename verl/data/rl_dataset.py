@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from verl.data.io import BadRows, DatasetError, PathLike, as_path_list, check_required, read_files
+from verl.models.plumbing import position_ids
 
 if TYPE_CHECKING:
     from verl.protocol import DataProto
@@ -276,11 +277,11 @@ def collate_rl(
         if len(s):
             input_ids[i, width - len(s) :] = s
             attention_mask[i, width - len(s) :] = 1
-    position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)
+    positions = position_ids(attention_mask)
     keys = list(dict.fromkeys(k for it in items for k in it if k != "input_ids"))
     non_tensors = {k: _object_array([it.get(k) for it in items]) for k in keys}
     return DataProto.from_dict(
-        tensors={"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids},
+        tensors={"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": positions},
         non_tensors=non_tensors,
         meta_info={},
     )

@@ -73,11 +73,6 @@ class EpochSampler:
             yield batch
         self._roll_over()
 
-    def set_epoch(self, epoch: int) -> None:
-        """Start ``epoch`` from its first batch (the torch ``DistributedSampler`` idiom)."""
-        self.epoch = epoch
-        self.position = 0
-
     def state_dict(self) -> dict[str, int]:
         """``{"epoch", "position"}``, normalised so a finished epoch reads as the start of the next one."""
         if self.position >= len(self):

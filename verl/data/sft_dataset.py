@@ -15,6 +15,7 @@ import torch
 
 from verl.data.io import MISSING, BadRows, DatasetError, PathLike, as_path_list, get_dotted, read_files
 from verl.data.rl_dataset import normalize_messages, render_prompt, require_chat_template
+from verl.models.plumbing import position_ids
 
 logger = logging.getLogger(__name__)
 
@@ -153,10 +154,10 @@ def collate_sft(items: Sequence[dict[str, Any]], pad_token_id: int) -> dict[str,
         input_ids[i, :length] = torch.as_tensor(it["input_ids"], dtype=torch.long)
         attention_mask[i, :length] = 1
         loss_mask[i, :length] = torch.as_tensor(it["loss_mask"], dtype=torch.long)
-    position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)
+    positions = position_ids(attention_mask)
     return {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
-        "position_ids": position_ids,
+        "position_ids": positions,
         "loss_mask": loss_mask,
     }

@@ -38,8 +38,15 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 
 def is_flash_attn_available() -> bool:
-    """True when the flash-attn package is importable and a CUDA device is present."""
-    return importlib.util.find_spec("flash_attn") is not None and torch.cuda.is_available()
+    """True when a CUDA device is present and the ``flash_attn`` package imports (a build that does not
+    match the installed torch fails to import, and counts as unavailable)."""
+    if importlib.util.find_spec("flash_attn") is None or not torch.cuda.is_available():
+        return False
+    try:
+        import flash_attn  # noqa: F401
+    except Exception:  # an ABI mismatch raises ImportError, OSError or RuntimeError
+        return False
+    return True
 
 
 def load_tokenizer(path: str | Path, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
@@ -50,6 +57,20 @@ def load_tokenizer(path: str | Path, trust_remote_code: bool = False) -> PreTrai
     ensure_pad_token(tokenizer, str(path))
     tokenizer.padding_side = "left"
     return tokenizer
+
+
+def tokenizer_for(model_cfg: Any) -> PreTrainedTokenizerBase:
+    """The tokenizer of a model config section (``actor_rollout_ref.model``, SFT's ``model``):
+    ``tokenizer_path`` when set, else the model's own directory."""
+    return load_tokenizer(model_cfg.tokenizer_path or model_cfg.path, model_cfg.trust_remote_code)
+
+
+def eos_token_ids(tokenizer: PreTrainedTokenizerBase, model: torch.nn.Module) -> list[int]:
+    """Every id that ends a response: the tokenizer's EOS and the model's generation_config EOS ids."""
+    ids = {tokenizer.eos_token_id}
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
+    return sorted(i for i in ids if i is not None)
 
 
 def ensure_pad_token(tokenizer: PreTrainedTokenizerBase, where: str = "the tokenizer") -> None:

@@ -46,6 +46,9 @@ class Dispatch(enum.Enum):
     """Every argument is a list of length world_size; worker i gets element i; result is a list."""
     DP_COMPUTE_PROTO = "dp_compute_proto"
     """DataProto arguments are padded, chunked across workers, and the outputs concatenated and unpadded."""
+    DP_COMPUTE_METRICS = "dp_compute_metrics"
+    """Dispatched like DP_COMPUTE_PROTO; every worker returns the same metrics dict (a data-parallel update
+    all-reduces them), and the result is rank 0's."""
 
 
 class DispatchError(ValueError):
@@ -175,6 +178,19 @@ def collect_dp_compute_proto(world_size: int, outputs: Sequence[Any], pad_size: 
         raise DispatchError(f"DP_COMPUTE_PROTO could not merge the worker outputs: {error}") from error
 
 
+def collect_rank0_metrics(world_size: int, outputs: Sequence[Any], pad_size: int) -> dict[str, float]:
+    """Rank 0's metrics dict: the ranks of a data-parallel update all-reduce their metrics, so any rank's
+    dict is the global one."""
+    _check_outputs(world_size, outputs)
+    for rank, output in enumerate(outputs):
+        if not isinstance(output, dict):
+            raise DispatchError(
+                f"DP_COMPUTE_METRICS needs every worker to return a dict of metrics; rank {rank} returned "
+                f"{type(output).__name__}"
+            )
+    return outputs[0]
+
+
 # ---------------------------------------------------------------- registry
 
 DISPATCH_MODES: dict[Hashable, DispatchMode] = {}
@@ -205,6 +221,7 @@ def get_dispatch_mode(mode: Hashable) -> DispatchMode:
 register_dispatch_mode(Dispatch.ONE_TO_ALL, dispatch_one_to_all, collect_all_to_list)
 register_dispatch_mode(Dispatch.ALL_TO_ALL, dispatch_all_to_all, collect_all_to_list)
 register_dispatch_mode(Dispatch.DP_COMPUTE_PROTO, dispatch_dp_compute_proto, collect_dp_compute_proto)
+register_dispatch_mode(Dispatch.DP_COMPUTE_METRICS, dispatch_dp_compute_proto, collect_rank0_metrics)
 
 
 # ---------------------------------------------------------------- entry points for worker groups

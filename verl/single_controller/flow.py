@@ -30,12 +30,13 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from verl.single_controller.base import WorkerGroup
+from verl.single_controller.channels import DataChannel, StepError, StepOutputs, _Node
 from verl.single_controller.errors import WorkerError
 
 __all__ = ["Controller", "DataChannel", "Role", "StepError", "StepOutputs"]
@@ -43,7 +44,6 @@ __all__ = ["Controller", "DataChannel", "Role", "StepError", "StepOutputs"]
 logger = logging.getLogger(__name__)
 
 DRIVER = "driver"
-_UNSET = object()
 
 
 @dataclass
@@ -78,137 +78,6 @@ class Role:
             raise ValueError(
                 f"{DRIVER!r} is reserved for functions that run in the driver; choose another role name"
             )
-
-
-class StepError(RuntimeError):
-    """A step of the DAG failed: its own worker failed (``__cause__`` is the :class:`WorkerError`), its
-    function raised, or a step it depends on failed."""
-
-    def __init__(self, message: str, role: str, method: str, upstream: bool = False) -> None:
-        super().__init__(message)
-        self.role = role
-        self.method = method
-        self.upstream = upstream
-        """True when the step did not run because a step it depends on failed."""
-
-
-class DataChannel:
-    """A named value flowing between steps: produced by one step (or given by the program), read by others.
-
-    Reading it waits for the producing step. The seed's examples index and format channels directly
-    (``samples["responses"][0]``, ``f"{scores['values'][0]:.3f}"``), so those operations read the value.
-    """
-
-    def __init__(self, name: str, producer: _Node | None = None, value: Any = _UNSET) -> None:
-        self.name = name
-        self.producer = producer
-        self._value = value
-        self._error: BaseException | None = None
-        self._done = threading.Event()
-        if value is not _UNSET:
-            self._done.set()
-
-    def ready(self) -> bool:
-        return self._done.is_set()
-
-    def get(self, timeout: float | None = None) -> Any:
-        """The value, waiting for the producing step; raises its :class:`StepError` if it failed."""
-        if not self._done.wait(timeout):
-            raise TimeoutError(f"channel {self.name!r} not ready after {timeout} s")
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-    @property
-    def value(self) -> Any:
-        return self.get()
-
-    def _set(self, value: Any) -> None:
-        self._value = value
-        self._done.set()
-
-    def _fail(self, error: BaseException) -> None:
-        self._error = error
-        self._done.set()
-
-    def __getitem__(self, key: Any) -> Any:
-        return self.get()[key]
-
-    def __len__(self) -> int:
-        return len(self.get())
-
-    def __bool__(self) -> bool:
-        # Without this, `if channel:` would fall back to __len__ and silently wait for the value.
-        return True
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.get())
-
-    def __format__(self, spec: str) -> str:
-        return format(self.get(), spec)
-
-    def __float__(self) -> float:
-        return float(self.get())
-
-    def __repr__(self) -> str:
-        source = f"{self.producer.role}.{self.producer.method_name}" if self.producer else "program"
-        state = "ready" if self.ready() else "pending"
-        return f"DataChannel({self.name!r} from {source}, {state})"
-
-
-class StepOutputs(Mapping[str, DataChannel]):
-    """The named output channels of one step (``outputs=[...]``)."""
-
-    def __init__(self, node: _Node) -> None:
-        self._node = node
-
-    def __getitem__(self, name: str) -> DataChannel:
-        try:
-            return self._node.outputs[name]
-        except KeyError:
-            raise KeyError(
-                f"step {self._node.label} has no output {name!r}; its outputs are {list(self._node.outputs)}"
-            ) from None
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._node.outputs)
-
-    def __len__(self) -> int:
-        return len(self._node.outputs)
-
-    def wait(self, timeout: float | None = None) -> dict[str, Any]:
-        """Wait for the step and return its output values by name."""
-        self._node.finished.wait(timeout)
-        if self._node.error is not None:
-            raise self._node.error
-        return {name: channel.get() for name, channel in self._node.outputs.items()}
-
-
-class _Node:
-    """One step of the DAG: a call of ``method`` on ``role`` with named inputs and outputs."""
-
-    def __init__(
-        self, role: str, method: str | Callable, inputs: dict[str, Any], outputs: list[str], name: str | None
-    ) -> None:
-        self.role = role
-        self.method = method
-        self.method_name = method if isinstance(method, str) else getattr(method, "__name__", "function")
-        self.name = name or self.method_name
-        self.inputs = inputs
-        self.outputs = {name: DataChannel(name, producer=self) for name in outputs}
-        self.deps: set[_Node] = set()
-        self.dependents: list[_Node] = []
-        self.pending = 0
-        self.error: BaseException | None = None
-        self.finished = threading.Event()
-        self.started: float | None = None
-        self.ended: float | None = None
-        self.trace: Any = None  # a NodeTrace when the controller records a trace
-        self.trace_dag: Any = None
-
-    @property
-    def label(self) -> str:
-        return f"{self.role}.{self.method_name}"
 
 
 class Controller:
@@ -332,6 +201,31 @@ class Controller:
         if ready:
             self._submit(node)
         return StepOutputs(node)
+
+    def call(self, role: str, method: str, *, name: str | None = None, **inputs: Any) -> DataChannel:
+        """:meth:`step` with one output: the channel of ``role.method(**inputs)``'s whole result.
+
+        ``name`` labels the step in timings (``timing_s/<name>``) and the trace; default: the method.
+        """
+        label = name or method
+        return self.step(role=role, method=method, inputs=inputs, outputs=[label], name=label)[label]
+
+    def driver(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        outputs: Sequence[str] = (),
+        **inputs: Any,
+    ) -> Any:
+        """Run ``fn(**inputs)`` in the driver once its input channels are ready.
+
+        Without ``outputs``: one channel holding the result. With ``outputs=("batch", "metrics")``: a
+        tuple of channels, one per key of the dict ``fn`` returns, in that order.
+        """
+        label = name or getattr(fn, "__name__", "function")
+        step = self.step(method=fn, inputs=inputs, outputs=list(outputs) or [label], name=label)
+        return tuple(step[key] for key in outputs) if outputs else step[label]
 
     def _check_step(self, role: str, method: str | Callable) -> None:
         if role == DRIVER:
@@ -514,6 +408,14 @@ class Controller:
         """``(step name, seconds it ran)`` for each step of the last :meth:`dag` block that ran."""
         return [(n.name, n.ended - n.started) for n in self._last_dag_nodes if n.started is not None]
 
+    def last_step_timings(self) -> dict[str, float]:
+        """Seconds the steps of the last :meth:`dag` block ran, summed per step name (a name such as
+        ``gen`` may run several times)."""
+        timing: dict[str, float] = {}
+        for name, seconds in self.step_durations():
+            timing[name] = timing.get(name, 0.0) + seconds
+        return timing
+
     def write_trace(
         self, path: str, title: str = "verl step trace", meta: dict[str, str] | None = None
     ) -> str:
@@ -526,8 +428,10 @@ class Controller:
 
     # ------------------------------------------------------------------ algorithm hook, lifecycle
 
-    def _build_dag(self, *args: Any, **kwargs: Any) -> Any:
-        """Declare the steps of one iteration of the algorithm; subclasses override this."""
+    def _build_dag(self, plan: Any, step: int, prompts: Any, more: Any) -> Any:
+        """Declare the steps of one iteration of the algorithm. A subclass that overrides it is a step of
+        its own for ``verl run --controller``: called with the trainer's step plan, the step number, the
+        prompts and an iterator of further prompts; returns a ``verl.trainer.step.StepResult``."""
         raise NotImplementedError(f"{type(self).__name__} does not define _build_dag()")
 
     def shutdown(self) -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 from verl.algorithms import get_adv_estimator_fn, kl_penalty, masked_mean
 from verl.protocol import DataProto
+from verl.trainer.metrics import rollout_probs_diff
 
 
 def apply_kl_penalty(data: DataProto, kl_ctrl: Any, kl_penalty_type: str = "kl") -> dict[str, float]:
@@ -39,3 +40,34 @@ def compute_advantage(data: DataProto, algorithm: Any) -> DataProto:
     data.batch["advantages"] = advantages
     data.batch["returns"] = returns
     return data
+
+
+def compute_advantages(
+    batch: DataProto,
+    scores: DataProto | None = None,
+    old: DataProto | None = None,
+    ref: DataProto | None = None,
+    values: DataProto | None = None,
+    *,
+    plan: Any,
+) -> dict[str, Any]:
+    """Driver step of the RL step: merge what the roles computed into one batch, apply the in-reward KL
+    penalty (optional), run the estimator. Returns ``{"batch": ..., "metrics": {...}}``; channel values are
+    never changed in place, so the batch is a new DataProto."""
+    metrics: dict[str, float] = {}
+    batch = batch.select() if scores is None else batch.select().union(scores)
+    if old is not None:
+        metrics["actor/entropy"] = masked_mean(old.batch["entropys"], batch.batch["response_mask"]).item()
+        batch = batch.union(old.select(batch_keys=["old_log_probs"]))
+        if "rollout_log_probs" in batch.batch:
+            metrics.update(rollout_probs_diff(batch))
+    elif plan.old_log_probs == "from_rollout":
+        batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]
+    for part in (ref, values):
+        if part is not None:
+            batch = batch.union(part)
+    if plan.kl_ctrl is not None:
+        metrics.update(apply_kl_penalty(batch, plan.kl_ctrl, plan.algorithm.kl_penalty))
+    else:
+        batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+    return {"batch": compute_advantage(batch, plan.algorithm), "metrics": metrics}

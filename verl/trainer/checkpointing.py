@@ -1,7 +1,7 @@
 """Saving and resuming an RL run: what the driver adds to the role workers' checkpoint parts.
 
 The workers write their parts (weights, optimizer, RNG) into ``global_step_<N>.tmp/<role>/``; the
-driver writes ``trainer_state.pt`` (step, sampler position, driver RNG, KL controller) and
+driver writes ``trainer_state.pt`` (the trainer's state: step, sampler position, driver RNG, KL controller) and
 ``config.yaml``, waits for every rank's ``done_rank<r>`` file, renames the directory into place and
 moves the "latest" marker (see :mod:`verl.utils.checkpoint` for the layout). With
 ``trainer.async_save`` the workers copy their state and write it in the background, and the driver
@@ -15,12 +15,14 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 from omegaconf import OmegaConf
 
+from verl.single_controller.base import WorkerGroup
 from verl.utils.checkpoint import (
     atomic_torch_save,
     atomic_write_bytes,
@@ -28,8 +30,6 @@ from verl.utils.checkpoint import (
     latest_checkpoint,
     prune_checkpoints,
     remove_unfinished,
-    rng_state,
-    set_rng_state,
     tmp_step_dir,
 )
 
@@ -44,12 +44,15 @@ and before it is renamed into place, the worst moment for a crash."""
 
 
 class Checkpointer:
-    """Writes checkpoints of one trainer and finds the one to resume from."""
+    """Writes checkpoints of a run's trained worker groups plus the driver's state, and finds the one to
+    resume from. It is given what it saves: the config and the worker groups by role name."""
 
-    def __init__(self, trainer: Any) -> None:
-        self.trainer = trainer
-        cfg = trainer.config.trainer
+    def __init__(self, config: Any, groups: Mapping[str, WorkerGroup]) -> None:
+        cfg = config.trainer
+        self.config = config
+        self.groups = {role: groups[role] for role in TRAINED_ROLES if role in groups}
         self.root = Path(cfg.default_local_dir).expanduser()
+        self.resume_mode = str(cfg.resume_mode)
         self.background = bool(cfg.async_save)
         caps = [c for c in (cfg.max_actor_ckpt_to_keep, cfg.max_critic_ckpt_to_keep) if c]
         # A checkpoint directory holds both roles, so it stays while either cap still wants it.
@@ -59,21 +62,21 @@ class Checkpointer:
 
     # ------------------------------------------------------------------ saving
 
-    def save(self, step: int) -> None:
-        """Checkpoint the run as it stands after ``step`` (blocking unless ``trainer.async_save``)."""
+    def save(self, step: int, driver_state: dict[str, Any]) -> None:
+        """Checkpoint the run as it stands after ``step`` (blocking unless ``trainer.async_save``);
+        ``driver_state`` is what the trainer adds (sampler position, RNG, ...), saved as trainer_state.pt."""
         self.wait()
         removed = remove_unfinished(self.root)
         if removed:
             logger.warning("removed unfinished checkpoint(s) left by an earlier crash: %s", removed)
         tmp = tmp_step_dir(self.root, step)
         parts = []
-        for role, subdir in TRAINED_ROLES.items():
-            if role in self.trainer.groups:
-                group = self.trainer.groups[role]
-                group.save_checkpoint(str(tmp / subdir), background=self.background)
-                parts += [tmp / subdir / f"done_rank{r}" for r in range(group.world_size)]
-        atomic_torch_save(self.driver_state(step), tmp / "trainer_state.pt")
-        atomic_write_bytes(tmp / "config.yaml", OmegaConf.to_yaml(self.trainer.config).encode())
+        for role, group in self.groups.items():
+            subdir = TRAINED_ROLES[role]
+            group.save_checkpoint(str(tmp / subdir), background=self.background)
+            parts += [tmp / subdir / f"done_rank{r}" for r in range(group.world_size)]
+        atomic_torch_save(driver_state, tmp / "trainer_state.pt")
+        atomic_write_bytes(tmp / "config.yaml", OmegaConf.to_yaml(self.config).encode())
         if self.background:
             self._pending = threading.Thread(
                 target=self._finish, args=(step, parts), name="verl-ckpt", daemon=True
@@ -102,22 +105,11 @@ class Checkpointer:
             error, self.error = self.error, None
             raise RuntimeError(f"writing a checkpoint under {self.root} failed: {error}") from error
 
-    def driver_state(self, step: int) -> dict[str, Any]:
-        trainer = self.trainer
-        kl_ctrl = trainer.kl_ctrl
-        return {
-            "global_step": step,
-            "sampler": trainer.sampler.state_dict(),
-            "rng": rng_state(),
-            "kl_ctrl": None if kl_ctrl is None else dict(vars(kl_ctrl)),
-            "restarts": dict(trainer.restarts),
-        }
-
     # ------------------------------------------------------------------ resuming
 
     def find_resume_point(self) -> Path | None:
         """``trainer.resume_mode``: auto (the latest checkpoint, if any), disable, or a checkpoint path."""
-        mode = str(self.trainer.config.trainer.resume_mode)
+        mode = self.resume_mode
         if mode == "disable":
             return None
         if mode == "auto":
@@ -130,28 +122,22 @@ class Checkpointer:
             )
         return path
 
-    def resume(self) -> int:
-        """Restore the run from the resume point; returns the step it had finished (0 = fresh start)."""
+    def resume(self) -> dict[str, Any] | None:
+        """Restore the worker groups from the resume point and return the driver state saved with it
+        (None: nothing to resume). The caller restores its own state from it, the RNG last."""
         path = self.find_resume_point()
         if path is None:
-            return 0
-        trainer = self.trainer
+            return None
         state = torch.load(path / "trainer_state.pt", weights_only=False)
-        for role, subdir in TRAINED_ROLES.items():
-            if role in trainer.groups:
-                if not (path / subdir).is_dir():
-                    raise FileNotFoundError(
-                        f"checkpoint {path} has no {subdir}/ part, which this run's {role} needs"
-                    )
-                trainer.groups[role].load_checkpoint(str(path / subdir))
-        trainer.sampler.load_state_dict(state["sampler"])
-        if trainer.kl_ctrl is not None and state["kl_ctrl"] is not None:
-            vars(trainer.kl_ctrl).update(state["kl_ctrl"])
-        trainer.restarts.update(state.get("restarts", {}))
-        # Last: in-process, the workers share this process's generators, set to the same saved state.
-        set_rng_state(state["rng"])
+        for role, group in self.groups.items():
+            subdir = TRAINED_ROLES[role]
+            if not (path / subdir).is_dir():
+                raise FileNotFoundError(
+                    f"checkpoint {path} has no {subdir}/ part, which this run's {role} needs"
+                )
+            group.load_checkpoint(str(path / subdir))
         logger.info("resumed from %s (step %d)", path, state["global_step"])
-        return int(state["global_step"])
+        return state
 
 
 def drop_metrics_after(metrics_path: Path, step: int) -> None:

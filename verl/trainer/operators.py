@@ -4,9 +4,11 @@ Each operator does two things:
 
 * it contributes **config overrides** (dotted TrainerConfig keys): ``RolloutOperator(engine="hf",
   n_samples_per_prompt=5)`` sets ``actor_rollout_ref.rollout.name=hf`` and ``actor_rollout_ref.rollout.n=5``;
-* it **declares its step(s)** of the DAG on the controller, in pipeline order, on the same
-  :class:`FlowController` (an :class:`~verl.trainer.rl_trainer.RLTrainer`), so steps still run as soon as
-  their inputs are ready and the trainer's loop, validation, logging and trace all apply unchanged.
+* a ``RewardOperator`` may bring its own scoring function.
+
+The flow then runs the one RL step every trainer runs (:func:`verl.trainer.step.rl_step`) on an
+:class:`~verl.trainer.rl_trainer.RLTrainer`: operators are another way to write the config of that
+step, not another copy of it.
 
 Example::
 
@@ -24,20 +26,15 @@ reward, the training an advantage), so a wrong pipeline fails where it is writte
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from functools import partial
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from verl.protocol import DataProto
-from verl.single_controller.flow import DataChannel
 from verl.trainer.rl_trainer import RLTrainer
+from verl.trainer.seed_api import scoring_function
 
 __all__ = [
     "Flow",
-    "FlowController",
-    "FlowState",
     "GRPOAdvantageOperator",
     "Operator",
     "RewardOperator",
@@ -61,22 +58,11 @@ NOT_BUILT_ENGINES = ("fsdp", "fsdp2", "megatron")
 LOSS_COMPONENTS = ("policy_loss", "kl_loss", "entropy")
 
 
-@dataclass
-class FlowState:
-    """What the operators declared so far in one RL step: the channels the next operator reads."""
-
-    prompts: DataProto
-    batch: DataChannel | None = None  # generated responses (rollout)
-    scores: DataChannel | None = None  # token_level_scores (reward)
-    train_batch: DataChannel | None = None  # batch with advantages (advantage)
-    metrics: list[DataChannel] = field(default_factory=list)
-
-
 class Operator:
     """One stage of a :class:`Flow`.
 
     ``kind`` names the stage; ``requires`` lists the kinds that must come earlier in the flow.
-    Subclasses return their config overrides from :meth:`overrides` and add their steps in :meth:`declare`.
+    Subclasses return their config overrides from :meth:`overrides`.
     """
 
     kind: str = ""
@@ -85,10 +71,6 @@ class Operator:
     def overrides(self) -> dict[str, Any]:
         """Dotted TrainerConfig keys this operator sets (e.g. ``{"actor_rollout_ref.rollout.n": 5}``)."""
         return {}
-
-    def declare(self, controller: FlowController, state: FlowState) -> None:
-        """Add this operator's step(s) of one RL step to ``controller``, reading and updating ``state``."""
-        raise NotImplementedError(f"{type(self).__name__} does not declare any step")
 
     def __rshift__(self, other: Operator | Flow) -> Flow:
         return Flow([self]) >> other
@@ -142,9 +124,6 @@ class RolloutOperator(Operator):
             keys["actor_rollout_ref.rollout.temperature"] = self.temperature
         return keys
 
-    def declare(self, controller: FlowController, state: FlowState) -> None:
-        state.batch = controller.generate(controller.repeat_prompts(state.prompts, tag="0"))
-
 
 class RewardOperator(Operator):
     """Score every response with ``reward_fn``.
@@ -160,10 +139,7 @@ class RewardOperator(Operator):
 
     def __init__(self, reward_fn: str | ComputeScore | None = None) -> None:
         self.reward_fn = reward_fn
-        self._compute_score = _compute_score_fn(reward_fn)
-
-    def declare(self, controller: FlowController, state: FlowState) -> None:
-        state.scores = controller.score(state.batch)
+        self.compute_score = scoring_function(reward_fn, f"RewardOperator(reward_fn={reward_fn!r})")
 
 
 class GRPOAdvantageOperator(Operator):
@@ -173,8 +149,6 @@ class GRPOAdvantageOperator(Operator):
     ``group_mean_no_std`` (Dr. GRPO: no std division, which biases towards easy/hard prompts less) or
     ``leave_one_out`` (RLOO: minus the mean of the group's other responses).
 
-    The step merges everything the update reads, so it also declares the log-prob passes the config
-    needs: old log-probs (off-policy updates) and reference log-probs (a KL term).
     """
 
     kind = "advantage"
@@ -194,30 +168,6 @@ class GRPOAdvantageOperator(Operator):
             "algorithm.norm_adv_by_std_in_grpo": norm_by_std,
             "critic.enable": False,
         }
-
-    def declare(self, controller: FlowController, state: FlowState) -> None:
-        inputs: dict[str, Any] = {"batch": state.batch, "scores": state.scores}
-        if controller.recompute_old_log_prob:
-            old = controller.step(
-                role="actor_rollout",
-                method="compute_log_prob",
-                inputs={"data": state.batch},
-                outputs=["old_log_probs"],
-            )
-            inputs["old"] = old["old_log_probs"]
-        if controller.need_ref:
-            ref = controller.step(
-                role="actor_rollout",
-                method="compute_ref_log_prob",
-                inputs={"data": state.batch},
-                outputs=["ref_log_prob"],
-            )
-            inputs["ref"] = ref["ref_log_prob"]
-        adv = controller.step(
-            method=controller.compute_advantages, inputs=inputs, outputs=["batch", "metrics"]
-        )
-        state.train_batch = adv["batch"]
-        state.metrics.append(adv["metrics"])
 
 
 class TrainingOperator(Operator):
@@ -257,15 +207,6 @@ class TrainingOperator(Operator):
         if self.kl_loss_coef is not None:
             keys["actor_rollout_ref.actor.kl_loss_coef"] = self.kl_loss_coef
         return keys
-
-    def declare(self, controller: FlowController, state: FlowState) -> None:
-        actor = controller.step(
-            role="actor_rollout",
-            method="update_actor",
-            inputs={"data": state.train_batch},
-            outputs=["metrics"],
-        )
-        state.metrics.append(actor["metrics"])
 
 
 class Flow:
@@ -331,7 +272,7 @@ class Flow:
         _check_conflicts(self.operators, overrides)
         return load_config(config, [*self.overrides(), *overrides])
 
-    def build(self, config: str | Path | None = None, overrides: Sequence[str] = ()) -> FlowController:
+    def build(self, config: str | Path | None = None, overrides: Sequence[str] = ()) -> RLTrainer:
         """Load the config, write missing inputs (as ``verl run`` does, when ``prepare.enable``) and start the
         roles' workers; ``fit()`` on the result trains."""
         from verl.trainer.prepare import prepare_inputs
@@ -339,69 +280,19 @@ class Flow:
         self.check_complete()
         loaded = self.config(config, overrides)
         prepare_inputs(loaded)
-        return FlowController(loaded, self)
+        reward = next(op for op in self.operators if isinstance(op, RewardOperator))
+        return RLTrainer(loaded, compute_score=reward.compute_score)
 
     def run(self, config: str | Path | None = None, overrides: Sequence[str] = ()) -> dict[str, Any]:
         """Train (``trainer.total_training_steps`` RL steps) and return the trainer's summary."""
-        controller = self.build(config, overrides)
+        trainer = self.build(config, overrides)
         try:
-            return controller.fit()
+            return trainer.fit()
         finally:
-            controller.shutdown()
-
-
-class FlowController(RLTrainer):
-    """An RLTrainer whose RL step is declared by the operators of a :class:`Flow`, one after the other."""
-
-    def __init__(self, config: Any, flow: Flow) -> None:
-        flow.check_complete()
-        if config.algorithm.filter_groups.enable:
-            raise ValueError(
-                "algorithm.filter_groups (DAPO dynamic sampling) has no operator yet; run it with RLTrainer"
-            )
-        self.flow = flow
-        # The reward workers build their manager around the flow's scoring function.
-        compute_score = next(
-            (op._compute_score for op in flow.operators if isinstance(op, RewardOperator)), None
-        )
-        super().__init__(config, compute_score=compute_score)
-
-    def _build_dag(
-        self, prompts: DataProto, more_prompts: Iterator[DataProto] | None = None
-    ) -> dict[str, Any]:
-        state = FlowState(prompts)
-        for operator in self.flow.operators:
-            operator.declare(self, state)
-        # Channels are compared with None: truth-testing one would wait for its value.
-        batch = state.train_batch if state.train_batch is not None else state.batch
-        return {"batch": batch, "metrics": state.metrics}
+            trainer.shutdown()
 
 
 # ---------------------------------------------------------------------------------------- helpers
-
-
-def _compute_score_fn(reward_fn: str | ComputeScore | None) -> ComputeScore | None:
-    """A built-in scorer name -> a function applying that scorer to every sample; a function as is."""
-    if reward_fn is None or callable(reward_fn):
-        return reward_fn
-    from verl.workers.reward.scorers import SCORERS
-
-    if reward_fn not in SCORERS:
-        raise ValueError(
-            f"RewardOperator(reward_fn={reward_fn!r}): no built-in scorer of that name; known: "
-            f"{', '.join(sorted(SCORERS))} (or pass a function compute_score(data_source, solution_str, "
-            "ground_truth, extra_info=None))"
-        )
-    return partial(_score_with, reward_fn)
-
-
-def _score_with(
-    scorer: str, data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None
-) -> Any:
-    """Score with the named built-in scorer (a module-level function, so it pickles for Ray)."""
-    from verl.workers.reward.scorers import SCORERS
-
-    return SCORERS[scorer](solution_str, ground_truth, extra_info=extra_info)
 
 
 def _training_strategy(engine: str) -> str:

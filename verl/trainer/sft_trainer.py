@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from verl.data import EpochSampler, SFTDataset, collate_sft, iterate_batches
-from verl.models import load_hf_model, load_tokenizer
+from verl.models import load_hf_model, tokenizer_for
 from verl.utils.seeding import configure_torch_threads, set_seed
 from verl.utils.tracking import Tracking
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
@@ -43,9 +43,7 @@ def run_sft(config: Any) -> Path:
     trainer_cfg = config.trainer
     configure_torch_threads(trainer_cfg.torch_threads)
     set_seed(trainer_cfg.seed)
-    tokenizer = load_tokenizer(
-        config.model.tokenizer_path or config.model.path, config.model.trust_remote_code
-    )
+    tokenizer = tokenizer_for(config.model)
     model = load_hf_model(
         config.model.path,
         torch_dtype=config.model.torch_dtype,

@@ -52,7 +52,7 @@ class Tracking:
         self.wandb = None
         if "console" in loggers:
             self.progress = tqdm(
-                total=total_steps, initial=initial_step, desc="train", file=sys.stderr, dynamic_ncols=True
+                total=total_steps, initial=initial_step, desc=desc, file=sys.stderr, dynamic_ncols=True
             )
         if "jsonl" in loggers:
             self.output_dir.mkdir(parents=True, exist_ok=True)

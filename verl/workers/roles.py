@@ -1,6 +1,8 @@
 """Role workers: thin :class:`~verl.single_controller.Worker` classes that wire models, engines and
 algorithms together. The controller calls their ``@register``-ed methods through a worker group, in
-this process or in Ray actor processes; each method takes and returns a :class:`DataProto`.
+this process or in Ray actor processes. Each takes a :class:`DataProto` and, besides it, typed values
+(``validate``, an :class:`~verl.workers.requests.UpdateRequest`), never string keys in ``meta_info``;
+passes return a :class:`DataProto`, updates a plain metrics dict.
 
 ``ActorRolloutRefWorker`` is the hybrid engine: one worker holding the actor (trained), the
 rollout (generates with the actor's own weights, so there is nothing to synchronise) and,
@@ -18,17 +20,21 @@ from typing import Any
 
 import numpy as np
 import torch
+from omegaconf import DictConfig, OmegaConf
 
 from verl.config import derive_sizes
-from verl.models import load_hf_model, load_tokenizer, load_value_model
+from verl.config.schema import TrainerConfig
+from verl.models import eos_token_ids, load_hf_model, load_value_model, resolve_device, tokenizer_for
 from verl.protocol import DataProto
 from verl.single_controller import Dispatch, Worker, register
 from verl.utils.seeding import configure_torch_threads, set_seed
-from verl.workers.actor import Actor
+from verl.workers.actor import Actor, compute_log_prob
 from verl.workers.critic import Critic
 from verl.workers.engine.distributed import init_distributed
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
 from verl.workers.engine.packing import packed_attention_implementation
+from verl.workers.engine.scoring import PolicyScorer
+from verl.workers.engine.update_loop import run_update
 from verl.workers.errors import (
     ACTOR_UPDATE_KNOBS,
     CRITIC_UPDATE_KNOBS,
@@ -38,22 +44,17 @@ from verl.workers.errors import (
     VALUES_KNOBS,
     explain_oom,
 )
+from verl.workers.requests import UpdateRequest
 from verl.workers.rollout import SamplingParams, get_rollout_class
 
 
-def eos_token_ids(tokenizer: Any, model: torch.nn.Module) -> list[int]:
-    """Every id that ends a response: the tokenizer's EOS and the model's generation_config EOS ids."""
-    ids = {tokenizer.eos_token_id}
-    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
-    return sorted(i for i in ids if i is not None)
-
-
-def prepare_for_training(module: torch.nn.Module, model_cfg: Any, optim_cfg: Any, total_steps: int) -> tuple:
+def prepare_for_training(
+    hf_model: torch.nn.Module, model_cfg: Any, optim_cfg: Any, total_steps: int
+) -> tuple:
     """Gradient checkpointing (if asked), then the optimizer and LR schedule of a trained role."""
     if model_cfg.enable_gradient_checkpointing:
-        module.gradient_checkpointing_enable()
-    optimizer = build_optimizer(module.parameters(), optim_cfg)
+        hf_model.gradient_checkpointing_enable()
+    optimizer = build_optimizer(hf_model.parameters(), optim_cfg)
     return optimizer, build_lr_scheduler(optimizer, optim_cfg, total_steps)
 
 
@@ -61,15 +62,6 @@ def attention_for(configured: str, remove_padding: bool) -> str:
     """The attention implementation to load a model with: one that runs packed batches when
     ``remove_padding`` is on (see verl.workers.engine.packing)."""
     return packed_attention_implementation(configured) if remove_padding else configured
-
-
-def resolve_device(name: str) -> torch.device:
-    """``trainer.device``: cpu, cuda (the worker's GPU: Ray gives each worker its own) or auto."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("trainer.device=cuda but this worker sees no CUDA device")
-    return torch.device(name)
 
 
 def on_device(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -87,13 +79,31 @@ def on_device(method: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def save_hf_metadata(module: torch.nn.Module, tokenizer: Any, path: Path) -> None:
+def save_hf_metadata(hf_model: torch.nn.Module, tokenizer: Any, path: Path) -> None:
     """What a HuggingFace model directory holds besides the weights: config, generation config, tokenizer."""
-    module.config.save_pretrained(path)
-    if getattr(module, "generation_config", None) is not None:
-        module.generation_config.save_pretrained(path)
+    hf_model.config.save_pretrained(path)
+    if getattr(hf_model, "generation_config", None) is not None:
+        hf_model.generation_config.save_pretrained(path)
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
+
+
+def trainer_config(config: Any) -> DictConfig:
+    """The whole trainer config a worker reads, given it or (the seeds' form) its ``actor_rollout_ref``
+    section.
+
+    A section taken from a loaded config (``verl.TrainerConfig(...).actor_rollout_ref``) still belongs to
+    it, and the whole config is that node's root; a section on its own (a dict, a schema dataclass) gets
+    the schema's defaults for every other section.
+    """
+    if not isinstance(config, DictConfig):
+        config = OmegaConf.structured(config) if not isinstance(config, dict) else OmegaConf.create(config)
+    if "actor_rollout_ref" in config:
+        return config
+    root = config._get_root()  # OmegaConf keeps no public way up from a child node
+    if root is not config and "actor_rollout_ref" in root and root.actor_rollout_ref is config:
+        return root
+    return OmegaConf.merge(OmegaConf.structured(TrainerConfig), {"actor_rollout_ref": config})
 
 
 def setup_process(config: Any, rank: int) -> torch.device:
@@ -114,53 +124,61 @@ def setup_process(config: Any, rank: int) -> torch.device:
 
 
 class ActorRolloutRefWorker(Worker):
-    """Actor + rollout + reference for one data-parallel rank."""
+    """Actor + rollout + reference for one data-parallel rank.
 
-    def __init__(self, config: Any, total_training_steps: int, need_ref: bool) -> None:
+    ``actor_model`` is the causal LM being trained (the rollout generates with it), ``actor`` its
+    `Actor` (log-probs and updates), ``ref_model`` the frozen reference copy and ``ref_scorer`` its
+    forward pass (both None without a KL term), built once.
+
+    ``config`` is a trainer config or its ``actor_rollout_ref`` section (see `trainer_config`).
+    ``total_training_steps`` (the LR schedule's length) defaults to ``trainer.total_training_steps``, or
+    1 when unset; ``need_ref`` to whether a KL term needs the reference (``algorithm.use_kl_in_reward`` or
+    ``actor.use_kl_loss``). It runs in-process on CPU as well as in a Ray worker.
+    """
+
+    def __init__(
+        self, config: Any, total_training_steps: int | None = None, need_ref: bool | None = None
+    ) -> None:
+        config = trainer_config(config)
         self.config = config
         self.device = setup_process(config, self.rank)
         arr = config.actor_rollout_ref
         model_cfg = arr.model
-        self.tokenizer = load_tokenizer(
-            model_cfg.tokenizer_path or model_cfg.path, model_cfg.trust_remote_code
-        )
+        if total_training_steps is None:
+            total_training_steps = config.trainer.total_training_steps or 1
+        if need_ref is None:
+            need_ref = bool(config.algorithm.use_kl_in_reward or arr.actor.use_kl_loss)
+        self.tokenizer = tokenizer_for(model_cfg)
         self.sizes = derive_sizes(config)
-        self.module = load_hf_model(
+        self.actor_model = load_hf_model(
             model_cfg.path,
             torch_dtype=model_cfg.torch_dtype,
             attn_implementation=attention_for(model_cfg.attn_implementation, model_cfg.use_remove_padding),
             trust_remote_code=model_cfg.trust_remote_code,
         ).to(self.device)
         optimizer, lr_scheduler = prepare_for_training(
-            self.module, model_cfg, arr.actor.optim, total_training_steps
+            self.actor_model, model_cfg, arr.actor.optim, total_training_steps
         )
-        # Same shuffle seed on every rank; Actor wraps the module in DDP when data parallelism is on.
-        self.actor = Actor(
-            self.module,
-            arr.actor,
-            optimizer,
-            lr_scheduler,
-            seed=config.trainer.seed,
-            **self.scoring_options(),
-        )
-
-        self.eos_token_ids = eos_token_ids(self.tokenizer, self.module)
-        rollout_cls = get_rollout_class(arr.rollout.name)
-        self.rollout = rollout_cls(
-            self.module, self.eos_token_ids, self.tokenizer.pad_token_id, arr.rollout.micro_batch_size
-        )
-        self.ref_module = None
-        if need_ref:
-            # The reference starts from the same weights and never trains: a deep copy saves a second load.
-            self.ref_module = copy.deepcopy(self.module).eval().requires_grad_(False)
-
-    def scoring_options(self) -> dict[str, Any]:
-        model_cfg = self.config.actor_rollout_ref.model
-        return {
+        scoring = {
             "remove_padding": model_cfg.use_remove_padding,
             "chunk_size": model_cfg.log_prob_chunk_size,
             "share_prompts": model_cfg.share_prompts,
         }
+        # Same shuffle seed on every rank; Actor wraps its scorer in DDP when data parallelism is on.
+        self.actor = Actor(
+            self.actor_model, arr.actor, optimizer, lr_scheduler, seed=config.trainer.seed, **scoring
+        )
+
+        self.eos_token_ids = eos_token_ids(self.tokenizer, self.actor_model)
+        rollout_cls = get_rollout_class(arr.rollout.name)
+        self.rollout = rollout_cls(
+            self.actor_model, self.eos_token_ids, self.tokenizer.pad_token_id, arr.rollout.micro_batch_size
+        )
+        self.ref_model = self.ref_scorer = None
+        if need_ref:
+            # The reference starts from the same weights and never trains: a deep copy saves a second load.
+            self.ref_model = copy.deepcopy(self.actor_model).eval().requires_grad_(False)
+            self.ref_scorer = PolicyScorer(self.ref_model, **scoring)
 
     def sampling_params(self, validate: bool) -> SamplingParams:
         rollout_cfg = self.config.actor_rollout_ref.rollout
@@ -170,14 +188,14 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     @explain_oom(*GENERATE_KNOBS)
     @on_device
-    def generate_sequences(self, prompts: DataProto) -> DataProto:
-        """Sample responses; ``meta_info["validate"]`` switches to the greedy validation settings.
+    def generate_sequences(self, prompts: DataProto, validate: bool = False) -> DataProto:
+        """Sample responses; ``validate`` samples with the validation settings (``rollout.val_kwargs``,
+        greedy by default).
 
         The prompts' other per-sample fields come back with the output, so the result is the whole batch
         the next steps need.
         """
-        sampling = self.sampling_params(bool(prompts.meta_info.get("validate", False)))
-        output = self.rollout.generate_sequences(prompts, sampling)
+        output = self.rollout.generate_sequences(prompts, self.sampling_params(validate))
         # Fields the rollout does not produce (uid, ground truth, reward baselines, ...) pass through.
         for key, values in prompts.non_tensor_batch.items():
             output.non_tensor_batch.setdefault(key, values)
@@ -205,12 +223,13 @@ class ActorRolloutRefWorker(Worker):
     @explain_oom(*REF_LOG_PROB_KNOBS)
     @on_device
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
-        if self.ref_module is None:
+        """``ref_log_prob``: log-probs of the responses under the frozen reference policy."""
+        if self.ref_scorer is None:
             raise RuntimeError(
                 "compute_ref_log_prob called but no reference model was built (no KL term is on)"
             )
-        ref_actor = Actor(self.ref_module, self.config.actor_rollout_ref.actor, **self.scoring_options())
-        log_probs, _ = ref_actor.compute_log_prob(
+        log_probs, _ = compute_log_prob(
+            self.ref_scorer,
             data,
             self.config.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu,
             self.config.actor_rollout_ref.rollout.temperature,
@@ -218,26 +237,28 @@ class ActorRolloutRefWorker(Worker):
         )
         return DataProto.from_dict(tensors={"ref_log_prob": log_probs})
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_METRICS)
     @explain_oom(*ACTOR_UPDATE_KNOBS)
     @on_device
-    def update_actor(self, data: DataProto) -> DataProto:
-        sizes = data.meta_info["sizes"]
-        metrics = self.actor.update_policy(
+    def update_actor(self, data: DataProto, request: UpdateRequest) -> dict[str, float]:
+        """One policy update on ``data`` (with advantages); the ``actor/*`` metrics, the same on every rank."""
+        sizes = request.sizes
+        update = self.actor.plan_update(
             data,
             mini_batch_size=sizes.mini_batch_samples,
             micro_batch_size=sizes.micro_batch_samples,
             temperature=self.config.actor_rollout_ref.rollout.temperature,
-            progress=data.meta_info.get("progress", 0.0),
+            progress=request.progress,
             max_tokens=sizes.actor_max_tokens,
+            measure_entropy=request.measure_entropy,
         )
-        return DataProto(meta_info={"metrics": metrics})
+        return run_update(self.actor, update)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_hf(self, path: str) -> None:
         """Write the current policy as a HuggingFace directory (weights, config, tokenizer); rank 0 writes."""
         if self.rank == 0:
-            self.module.save_pretrained(path)
+            self.actor_model.save_pretrained(path)
             self.tokenizer.save_pretrained(path)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -245,7 +266,7 @@ class ActorRolloutRefWorker(Worker):
         """This rank's part of a checkpoint (see verl.utils.checkpoint), plus, from rank 0, the HF
         config and tokenizer that ``verl export`` turns it into a model directory with."""
         if self.rank == 0:
-            save_hf_metadata(self.module, self.tokenizer, Path(path) / "huggingface")
+            save_hf_metadata(self.actor_model, self.tokenizer, Path(path) / "huggingface")
         self._save_thread = self.actor.save_checkpoint(path, self.rank, background)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -261,11 +282,17 @@ class ActorRolloutRefWorker(Worker):
 
 
 class CriticWorker(Worker):
-    """The value model of PPO, built from ``critic.model`` (by default the actor's model directory)."""
+    """The value model of PPO, built from ``critic.model`` (by default the actor's model directory).
 
-    def __init__(self, config: Any, total_training_steps: int) -> None:
+    ``value_model`` is the HF token-classification model being trained, ``critic`` its `Critic`.
+    """
+
+    def __init__(self, config: Any, total_training_steps: int | None = None) -> None:
+        config = trainer_config(config)
         self.config = config
         self.device = setup_process(config, self.rank)
+        if total_training_steps is None:
+            total_training_steps = config.trainer.total_training_steps or 1
         critic_cfg = config.critic
         model_cfg = critic_cfg.model
         path = model_cfg.path or config.actor_rollout_ref.model.path
@@ -273,17 +300,17 @@ class CriticWorker(Worker):
         if remove_padding is None:
             remove_padding = config.actor_rollout_ref.model.use_remove_padding
         self.sizes = derive_sizes(config)
-        self.module = load_value_model(
+        self.value_model = load_value_model(
             path,
             torch_dtype=model_cfg.torch_dtype,
             attn_implementation=attention_for(model_cfg.attn_implementation, remove_padding),
             trust_remote_code=model_cfg.trust_remote_code,
         ).to(self.device)
         optimizer, lr_scheduler = prepare_for_training(
-            self.module, model_cfg, critic_cfg.optim, total_training_steps
+            self.value_model, model_cfg, critic_cfg.optim, total_training_steps
         )
         self.critic = Critic(
-            self.module,
+            self.value_model,
             critic_cfg,
             optimizer,
             lr_scheduler,
@@ -300,24 +327,25 @@ class CriticWorker(Worker):
         )
         return DataProto.from_dict(tensors={"values": values})
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_METRICS)
     @explain_oom(*CRITIC_UPDATE_KNOBS)
     @on_device
-    def update_critic(self, data: DataProto) -> DataProto:
-        sizes = data.meta_info["sizes"]
-        metrics = self.critic.update_critic(
+    def update_critic(self, data: DataProto, request: UpdateRequest) -> dict[str, float]:
+        """One value-model update on ``data`` (with returns); the ``critic/*`` metrics, the same on every rank."""
+        sizes = request.sizes
+        update = self.critic.plan_update(
             data,
             mini_batch_size=sizes.critic_mini_batch_samples,
             micro_batch_size=sizes.critic_micro_batch_samples,
             epochs=sizes.critic_ppo_epochs,
             max_tokens=sizes.critic_max_tokens,
         )
-        return DataProto(meta_info={"metrics": metrics})
+        return run_update(self.critic, update)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, path: str, background: bool = False) -> None:
         if self.rank == 0:
-            save_hf_metadata(self.module, None, Path(path) / "huggingface")
+            save_hf_metadata(self.value_model, None, Path(path) / "huggingface")
         self._save_thread = self.critic.save_checkpoint(path, self.rank, background)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -334,8 +362,7 @@ class CriticWorker(Worker):
 class RewardWorker(Worker):
     """Rule-based rewards: the reward manager named by ``reward_model.reward_manager``.
 
-    ``compute_score`` uses the validation manager (no printed examples) when the batch's
-    ``meta_info["validate"]`` is set. Custom managers can be passed in (they must pickle for Ray), or
+    ``compute_score(data, validate=True)`` uses the validation manager (no printed examples). Custom managers can be passed in (they must pickle for Ray), or
     just a ``compute_score(data_source, solution_str, ground_truth, extra_info=None)`` function for the
     configured manager to call.
     """
@@ -345,17 +372,18 @@ class RewardWorker(Worker):
     ) -> None:
         from verl.workers.reward import load_reward_manager
 
+        config = trainer_config(config)
         setup_process(config, self.rank)
-        model_cfg = config.actor_rollout_ref.model
-        tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path, model_cfg.trust_remote_code)
+        tokenizer = tokenizer_for(config.actor_rollout_ref.model)
         num_examine = config.reward_model.num_examine
         self.reward_fn = reward_fn or load_reward_manager(config, tokenizer, num_examine, compute_score)
         self.val_reward_fn = val_reward_fn or load_reward_manager(config, tokenizer, 0, compute_score)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    def compute_score(self, data: DataProto) -> DataProto:
-        """``token_level_scores`` (the score at each response's last token) and any extra per-sample fields."""
-        reward_fn = self.val_reward_fn if data.meta_info.get("validate") else self.reward_fn
+    def compute_score(self, data: DataProto, validate: bool = False) -> DataProto:
+        """``token_level_scores`` (the score at each response's last token) and any extra per-sample fields;
+        ``validate`` scores with the validation manager."""
+        reward_fn = self.val_reward_fn if validate else self.reward_fn
         reward = reward_fn(data, return_dict=True)
         extra = {key: np.array(values, dtype=object) for key, values in reward["reward_extra_info"].items()}
         return DataProto.from_dict(tensors={"token_level_scores": reward["reward_tensor"]}, non_tensors=extra)

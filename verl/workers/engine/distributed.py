@@ -69,11 +69,6 @@ def all_reduce_sum(values: dict[str, float]) -> dict[str, float]:
     return dict(zip(keys, packed.tolist(), strict=True))
 
 
-def all_reduce_scalar(value: float) -> float:
-    """Sum one number over the ranks."""
-    return all_reduce_sum({"value": value})["value"]
-
-
 def wrap_ddp(module: torch.nn.Module) -> torch.nn.Module:
     """DDP around a trained module when distributed is on, else the module itself (also if already DDP).
 

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
 
 import torch
 
+from verl.config.schema import OptimConfig
 
-def build_optimizer(params: Iterable[torch.nn.Parameter], optim: Any) -> torch.optim.Optimizer:
+
+def build_optimizer(params: Iterable[torch.nn.Parameter], optim: OptimConfig) -> torch.optim.Optimizer:
     """AdamW from an ``optim`` config section (lr, weight_decay, betas)."""
-    betas = tuple(getattr(optim, "betas", (0.9, 0.999)))
-    return torch.optim.AdamW(
-        params, lr=optim.lr, weight_decay=getattr(optim, "weight_decay", 0.0), betas=betas, foreach=False
-    )
+    betas = tuple(optim.betas)
+    return torch.optim.AdamW(params, lr=optim.lr, weight_decay=optim.weight_decay, betas=betas, foreach=False)
 
 
 def clip_and_step(
@@ -51,12 +50,12 @@ def summarize_metrics(metrics: dict[str, list[float]]) -> dict[str, float]:
     }
 
 
-def num_warmup_steps(optim: Any, total_steps: int) -> int:
+def num_warmup_steps(optim: OptimConfig, total_steps: int) -> int:
     """``lr_warmup_steps`` when set (>= 0), otherwise ``lr_warmup_steps_ratio`` of the total, as in verl."""
-    steps = getattr(optim, "lr_warmup_steps", -1)
+    steps = optim.lr_warmup_steps
     if steps is not None and steps >= 0:
         return int(steps)
-    return int(getattr(optim, "lr_warmup_steps_ratio", 0.0) * total_steps)
+    return int(optim.lr_warmup_steps_ratio * total_steps)
 
 
 def lr_multiplier(
@@ -74,11 +73,11 @@ def lr_multiplier(
 
 
 def build_lr_scheduler(
-    optimizer: torch.optim.Optimizer, optim: Any, total_steps: int
+    optimizer: torch.optim.Optimizer, optim: OptimConfig, total_steps: int
 ) -> torch.optim.lr_scheduler.LambdaLR:
     warmup = num_warmup_steps(optim, total_steps)
-    schedule = getattr(optim, "lr_scheduler_type", "constant")
-    min_lr_ratio = getattr(optim, "min_lr_ratio", 0.0) or 0.0
+    schedule = optim.lr_scheduler_type
+    min_lr_ratio = optim.min_lr_ratio
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_multiplier(step, warmup, total_steps, schedule, min_lr_ratio)
     )

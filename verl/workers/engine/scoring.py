@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from verl.models.kv_cache import cache_keyword, distinct_rows, leading_padding_columns, new_cache
+from verl.models.plumbing import activation_checkpointing_on
 from verl.workers.engine.packing import pack, packed_positions
 
 # Config attributes of models whose logits are more than ``lm_head(hidden)``: they use the HF forward.
@@ -64,9 +65,9 @@ def token_logprobs_and_entropy(
 
 
 class _Scorer(torch.nn.Module):
-    def __init__(self, model: torch.nn.Module, remove_padding: bool = False) -> None:
+    def __init__(self, hf_model: torch.nn.Module, remove_padding: bool = False) -> None:
         super().__init__()
-        self.model = model
+        self.hf_model = hf_model
         self.remove_padding = remove_padding
 
     def _run(
@@ -97,14 +98,6 @@ def _scatter(values: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     out = values.new_zeros(response_mask.shape)
     out.view(-1)[response_mask.flatten().bool().nonzero().squeeze(-1)] = values
     return out
-
-
-def _activation_checkpointing(model: torch.nn.Module) -> bool:
-    """Whether HF gradient checkpointing is on (the property was renamed in transformers 5)."""
-    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
-        if hasattr(type(model), name):
-            return bool(getattr(model, name))
-    return False
 
 
 def shared_prompt_hidden(
@@ -156,14 +149,14 @@ class PolicyScorer(_Scorer):
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        hf_model: torch.nn.Module,
         remove_padding: bool = False,
         chunk_size: int = 0,
         share_prompts: bool = False,
     ) -> None:
-        super().__init__(model, remove_padding)
+        super().__init__(hf_model, remove_padding)
         self.chunk_size = chunk_size
-        config = getattr(model, "config", None)
+        config = getattr(hf_model, "config", None)
         self.plain_head = not any(getattr(config, key, None) for key in _SCALED_LOGITS)
         self.share_prompts = share_prompts and not remove_padding
 
@@ -179,21 +172,21 @@ class PolicyScorer(_Scorer):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         labels = responses.flatten()[response_mask.flatten().bool()]
         # Gradient checkpointing switches HF's cache off, and the shared prompts need it.
-        checkpointing = self.model.training and _activation_checkpointing(self.model)
+        checkpointing = self.hf_model.training and activation_checkpointing_on(self.hf_model)
         # Sharing reads each row's last prompt position, so the prompts must be left-padded.
         left_padded = bool(attention_mask[:, input_ids.shape[1] - responses.shape[1] - 1].all())
         if self.plain_head and self.share_prompts and left_padded and not checkpointing:
             hidden = shared_prompt_hidden(
-                self.model.get_decoder(), input_ids, attention_mask, position_ids, response_mask
+                self.hf_model.get_decoder(), input_ids, attention_mask, position_ids, response_mask
             )
-            head = self.model.get_output_embeddings()
+            head = self.hf_model.get_output_embeddings()
         elif self.plain_head:
             hidden = self._run(
-                self.model.get_decoder(), input_ids, attention_mask, position_ids, response_mask
+                self.hf_model.get_decoder(), input_ids, attention_mask, position_ids, response_mask
             )
-            head = self.model.get_output_embeddings()
+            head = self.hf_model.get_output_embeddings()
         else:
-            hidden = self._run(self.model, input_ids, attention_mask, position_ids, response_mask)
+            hidden = self._run(self.hf_model, input_ids, attention_mask, position_ids, response_mask)
             head = torch.nn.Identity()  # ``hidden`` are already the logits
         log_probs, entropy = self._chunked_head(head, hidden, labels, temperature, with_entropy)
         log_probs = _scatter(log_probs, response_mask)
@@ -235,5 +228,5 @@ class ValueScorer(_Scorer):
         position_ids: torch.Tensor,
         response_mask: torch.Tensor,
     ) -> torch.Tensor:
-        values = self._run(self.model, input_ids, attention_mask, position_ids, response_mask)
+        values = self._run(self.hf_model, input_ids, attention_mask, position_ids, response_mask)
         return _scatter(values.squeeze(-1).float(), response_mask)

@@ -29,19 +29,21 @@ def shuffle_generator(seed: int | None) -> torch.Generator:
 
 
 class TrainedModel:
-    """A module with its role config, optimizer, LR schedule and shuffle generator.
+    """A model with its role config, optimizer, LR schedule and shuffle generator.
 
-    ``self.module`` is the plain HF model (what checkpoints hold, shared with the rollout),
-    ``self.scorer`` the module the forward passes go through (a wrapper around it, see
-    `verl.workers.engine.scoring`; the module itself when none is given), ``self.model`` what is
-    trained: with an optimizer and distributed on, the scorer in DDP (DDP must see the whole forward).
-    Building DDP is a collective, so every rank builds it together. Without an optimizer (e.g. a
-    frozen reference) nothing is wrapped.
+    Three views of one network, one name each:
+
+    - ``hf_model``: the plain HuggingFace model (what checkpoints hold, shared with the rollout);
+    - ``scorer``: the module the forward passes go through (a `verl.workers.engine.scoring` wrapper
+      around ``hf_model``; ``hf_model`` itself when none is given);
+    - ``trained``: what the optimizer step follows: with an optimizer and distributed on, the scorer in
+      DDP (DDP must see the whole forward), else the scorer. Building DDP is a collective, so every
+      rank builds it together. Without an optimizer nothing is wrapped.
     """
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        hf_model: torch.nn.Module,
         config: Any,
         optimizer: Any = None,
         lr_scheduler: Any = None,
@@ -49,9 +51,9 @@ class TrainedModel:
         scorer: torch.nn.Module | None = None,
     ) -> None:
         self.config = config
-        self.module = unwrap(model)
-        self.scorer = scorer if scorer is not None else self.module
-        self.model = wrap_ddp(self.scorer) if optimizer is not None else self.scorer
+        self.hf_model = unwrap(hf_model)
+        self.scorer = scorer if scorer is not None else self.hf_model
+        self.trained = wrap_ddp(self.scorer) if optimizer is not None else self.scorer
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
         self.generator = shuffle_generator(seed)
@@ -60,14 +62,14 @@ class TrainedModel:
         """A copy of the weights, optimizer and LR schedule that later steps cannot change."""
         return copy.deepcopy(
             {
-                "model": self.module.state_dict(),
+                "model": self.hf_model.state_dict(),
                 "optimizer": self.optimizer.state_dict(),
                 "lr_scheduler": self.lr_scheduler.state_dict(),
             }
         )
 
     def load_training_state(self, state: dict[str, Any]) -> None:
-        self.module.load_state_dict(state["model"])
+        self.hf_model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.lr_scheduler.load_state_dict(state["lr_scheduler"])
 
@@ -86,7 +88,7 @@ class TrainedModel:
         path = Path(path)
         state = {"rng": rng_state(), "generator": self.generator.get_state()}
         if rank == 0:
-            state["model"] = self.module  # safetensors' save_model handles tied weights
+            state["model"] = self.hf_model  # safetensors' save_model handles tied weights
             state["optim"] = {
                 "optimizer": self.optimizer.state_dict(),
                 "lr_scheduler": self.lr_scheduler.state_dict(),
@@ -105,7 +107,7 @@ class TrainedModel:
         """Restore what :meth:`save_checkpoint` wrote; a rank with no RNG file of its own (the run had
         fewer ranks) takes rank 0's."""
         path = Path(path)
-        load_model(self.module, str(path / "model.safetensors"))
+        load_model(self.hf_model, str(path / "model.safetensors"))
         optim = torch.load(path / "optim.pt", weights_only=False)
         self.optimizer.load_state_dict(optim["optimizer"])
         self.lr_scheduler.load_state_dict(optim["lr_scheduler"])

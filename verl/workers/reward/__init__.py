@@ -2,6 +2,7 @@
 
 from verl.workers.reward import dapo  # noqa: F401  (registers "dapo")
 from verl.workers.reward.batch import BatchRewardManager, score_batch
+from verl.workers.reward.loading import get_custom_reward_fn, load_custom_reward_function, load_reward_manager
 from verl.workers.reward.manager import (
     ERROR_POLICIES,
     REWARD_ERROR_KEY,
@@ -11,10 +12,7 @@ from verl.workers.reward.manager import (
     RewardFunctionError,
     RewardSample,
     ScoreResult,
-    get_custom_reward_fn,
     get_reward_manager_cls,
-    load_custom_reward_function,
-    load_reward_manager,
     register_reward_manager,
     score_samples,
 )

@@ -12,13 +12,9 @@ field (one bool per sample; the trainer sums it into ``reward/errors``).
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import logging
 import math
 import numbers
-import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -431,84 +427,10 @@ class NaiveRewardManager:
                 print(f"[{key}]", value)
 
 
-def _cfg_get(cfg: Any, key: str, default: Any = None) -> Any:
-    """Read ``cfg.key`` from a DictConfig, dict or plain object; missing or None -> ``default``."""
-    if cfg is None:
-        return default
-    if isinstance(cfg, Mapping):
-        value = cfg.get(key, default)
-    else:
-        try:
-            value = getattr(cfg, key, default)
-        except Exception:  # omegaconf struct mode / interpolation errors on absent keys
-            value = default
-    return default if value is None else value
-
-
 def error_handling_kwargs(config: Any) -> dict[str, Any]:
     """``error_policy`` / ``timeout_s`` from ``config.reward_model``, only where they differ from the
     defaults: a custom manager whose constructor predates them keeps working until it needs them."""
-    section = _cfg_get(config, "reward_model")
-    kwargs = {
-        "error_policy": _cfg_get(section, "error_policy", "fail"),
-        "timeout_s": _cfg_get(section, "timeout_s"),
-    }
+    section = config.reward_model
+    kwargs = {"error_policy": section.error_policy, "timeout_s": section.timeout_s}
     defaults = {"error_policy": "fail", "timeout_s": None}
     return {k: v for k, v in kwargs.items() if v != defaults[k]}
-
-
-def load_custom_reward_function(path: str | os.PathLike[str], name: str = "compute_score") -> ComputeScoreFn:
-    """Import ``name`` from the Python file at ``path`` (a user-provided scoring function)."""
-    path = os.path.abspath(os.fspath(path))
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"custom reward function file not found: {path}")
-    # Unique module name per file so two custom files do not clobber each other in sys.modules.
-    module_name = "verl_custom_reward_" + hashlib.sha1(path.encode()).hexdigest()[:12]
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import custom reward function file {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # needed e.g. for dataclasses/pickling inside the user module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(module_name, None)
-        raise
-    if not hasattr(module, name):
-        available = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
-        raise AttributeError(f"reward function {name!r} not found in {path}; callables there: {available}")
-    fn = getattr(module, name)
-    if not callable(fn):
-        raise TypeError(f"{name!r} in {path} is not callable (got {type(fn).__name__})")
-    return fn
-
-
-def get_custom_reward_fn(config: Any) -> ComputeScoreFn | None:
-    """The function named by ``config.custom_reward_function`` (with its ``reward_kwargs``), or None."""
-    section = _cfg_get(config, "custom_reward_function")
-    path = _cfg_get(section, "path")
-    if not path:
-        return None
-    fn = load_custom_reward_function(path, _cfg_get(section, "name", "compute_score"))
-    kwargs = dict(_cfg_get(section, "reward_kwargs", {}) or {})
-    return partial(fn, **kwargs) if kwargs else fn
-
-
-def load_reward_manager(
-    config: Any,
-    tokenizer: Any,
-    num_examine: int = 0,
-    compute_score: ComputeScoreFn | None = None,
-    **kwargs: Any,
-) -> Any:
-    """Build the reward manager named by ``config.reward_model.reward_manager`` (default "naive").
-
-    The scoring function is ``compute_score`` when given (a function passed in code, e.g. by
-    ``RewardOperator``), else ``config.custom_reward_function.path``/``.name`` when a path is set,
-    else :func:`default_compute_score`. Extra ``kwargs`` go to the manager's constructor.
-    """
-    manager_name = _cfg_get(_cfg_get(config, "reward_model"), "reward_manager", "naive")
-    manager_cls = get_reward_manager_cls(manager_name)
-    compute_score = compute_score or get_custom_reward_fn(config) or default_compute_score
-    kwargs.setdefault("reward_fn_key", _cfg_get(_cfg_get(config, "data"), "reward_fn_key", "data_source"))
-    return manager_cls.from_config(config, tokenizer, num_examine, compute_score, **kwargs)

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from verl.models.plumbing import position_ids
 from verl.protocol import DataProto
 from verl.utils.registry import Registry
 
@@ -40,7 +41,7 @@ class SamplingParams:
 
     @classmethod
     def from_config(cls, section: Any, max_new_tokens: int) -> SamplingParams:
-        do_sample = bool(getattr(section, "do_sample", True)) and section.temperature > 0
+        do_sample = bool(section.do_sample) and section.temperature > 0
         return cls(
             do_sample, float(section.temperature), float(section.top_p), int(section.top_k), max_new_tokens
         )
@@ -73,7 +74,7 @@ def assemble_rollout_output(
     prompt_ids = prompts.batch["input_ids"]
     prompt_mask = prompts.batch["attention_mask"]
     attention_mask = torch.cat([prompt_mask, response_mask.to(prompt_mask.dtype)], dim=1)
-    position_ids = (torch.cumsum(attention_mask, dim=1) - 1).clamp_min(0)
+    positions = position_ids(attention_mask)
     return DataProto.from_dict(
         tensors={
             "prompts": prompt_ids,
@@ -81,6 +82,6 @@ def assemble_rollout_output(
             "response_mask": response_mask,
             "input_ids": torch.cat([prompt_ids, responses], dim=1),
             "attention_mask": attention_mask,
-            "position_ids": position_ids,
+            "position_ids": positions,
         }
     )

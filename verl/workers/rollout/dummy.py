@@ -14,6 +14,8 @@ class DummyRollout:
     EOS at a random length between 1 and ``max_new_tokens``. Greedy sampling gives the same response for
     every prompt. Useful to test data flow, rewards and updates without paying for generation."""
 
+    returns_log_probs = False  # no rollout_log_probs: the old_log_prob pass computes them when needed
+
     def __init__(
         self, model: torch.nn.Module, eos_token_ids: list[int], pad_token_id: int, micro_batch_size=None
     ):

@@ -13,6 +13,8 @@ from verl.workers.rollout.base import SamplingParams, assemble_rollout_output, r
 class HFRollout:
     """Generates with the actor's own module (the hybrid engine: no second copy of the weights)."""
 
+    returns_log_probs = False  # no rollout_log_probs: the old_log_prob pass computes them when needed
+
     def __init__(
         self,
         model: PreTrainedModel,

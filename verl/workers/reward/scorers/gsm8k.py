@@ -1,4 +1,4 @@
-"""GSM8K rule-based reward, reimplementing verl's ``verl/utils/reward_score/gsm8k.py``.
+"""GSM8K rule-based reward: the same rules as upstream verl's GSM8K scorer (strict and flexible methods).
 
 The strict method also checks the output *format* (``#### <answer>``, the way GSM8K writes its
 references), which is what RL is meant to teach; the flexible method only looks for the last

@@ -11,9 +11,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from verl.bench import rollout, step, training
-from verl.bench.common import load_average, machine_info, write_task_data
-from verl.bench.measure import (
+from benchmarks.harness import rollout, step, training
+from benchmarks.harness.common import load_average, machine_info, write_task_data
+from benchmarks.harness.measure import (
     BUSY_PCT,
     MIN_REPEATS,
     Case,
@@ -22,7 +22,7 @@ from verl.bench.measure import (
     run_case,
     wait_for_idle,
 )
-from verl.bench.models import (
+from benchmarks.harness.models import (
     ModelSpec,
     ModelUnavailable,
     PreparedModel,
@@ -30,10 +30,10 @@ from verl.bench.models import (
     prepare_model,
     verl_home,
 )
-from verl.bench.report import render
+from benchmarks.harness.report import render
 
 SECTIONS = {"rollout": rollout, "train": training, "step": step}
-PRELOAD = ["verl.bench.rollout", "verl.bench.training", "verl.bench.step"]
+PRELOAD = ["benchmarks.harness.rollout", "benchmarks.harness.training", "benchmarks.harness.step"]
 
 
 @dataclass(frozen=True)

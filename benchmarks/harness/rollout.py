@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from verl.bench.common import attn_implementation, load_prompts, recipe_config
-from verl.bench.measure import Case, Prepared
+from benchmarks.harness.common import attn_implementation, load_prompts, recipe_config
+from benchmarks.harness.measure import Case, Prepared
 from verl.models import load_hf_model, load_tokenizer
 from verl.workers.rollout import ROLLOUT_REGISTRY, SamplingParams, get_rollout_class
 
@@ -53,7 +53,7 @@ def setup(case: Case) -> Prepared:
 
 def summarize(case: Case, result: dict[str, Any]) -> dict[str, Any]:
     """The row of the table / JSON for one measured case."""
-    from verl.bench.measure import median
+    from benchmarks.harness.measure import median
 
     seconds = median(result["times_s"])
     tokens = median([r["tokens"] for r in result["runs"]])

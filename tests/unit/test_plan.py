@@ -1,0 +1,52 @@
+"""The step plan: which passes an RL step has, decided once from the config."""
+
+from __future__ import annotations
+
+import pytest
+
+from verl.config import derive_sizes, load_config
+from verl.trainer.plan import StepPlan
+
+BASE = ["prepare.enable=false", "actor_rollout_ref.model.path=unused"]
+
+
+def plan_of(*overrides: str, recipe: str = "grpo") -> StepPlan:
+    config = load_config(recipe, [*BASE, *overrides])
+    return StepPlan.from_config(config, derive_sizes(config), total_steps=11)
+
+
+def test_default_grpo_is_on_policy_without_reference_or_critic():
+    plan = plan_of()
+    assert (plan.old_log_probs, plan.ref, plan.critic) == ("not_needed", False, False)
+    assert not (plan.remax_baseline or plan.refill_until_varied or plan.balance)
+    assert plan.n == 8 and plan.kl_ctrl is None
+
+
+def test_old_log_probs_come_from_the_engine_that_returns_them():
+    # two optimizer steps per RL step need pi_old: the fast engine returns it, HF generate does not
+    assert plan_of("actor_rollout_ref.actor.ppo_mini_batch_size=8").old_log_probs == "from_rollout"
+    hf = plan_of("actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.rollout.name=hf")
+    assert hf.old_log_probs == "recompute"
+    assert plan_of("actor_rollout_ref.actor.recompute_old_log_prob=true").old_log_probs == "recompute"
+    assert plan_of("algorithm.use_kl_in_reward=true").old_log_probs == "from_rollout"
+
+
+def test_kl_terms_need_the_reference():
+    assert plan_of("actor_rollout_ref.actor.use_kl_loss=true").ref
+    in_reward = plan_of("algorithm.use_kl_in_reward=true")
+    assert in_reward.ref and in_reward.kl_ctrl is not None
+
+
+@pytest.mark.parametrize(
+    ("recipe", "field"),
+    [("ppo", "critic"), ("remax", "remax_baseline"), ("dapo", "refill_until_varied")],
+)
+def test_recipes_turn_on_their_passes(recipe, field):
+    assert getattr(plan_of(recipe=recipe), field)
+
+
+def test_critic_warmup_and_progress():
+    plan = plan_of("trainer.critic_warmup=2", recipe="ppo")
+    assert [plan.update_actor(step) for step in (1, 2, 3)] == [False, False, True]
+    assert [plan.progress(step) for step in (1, 6, 11)] == [0.0, 0.5, 1.0]
+    assert "critic warm-up 2 steps" in plan.describe()

@@ -1,0 +1,170 @@
+"""Keys that only some backends read: a value the selected backend would ignore is refused at load time.
+
+Every key of the schema either changes what the selected backend does or, set to anything but its
+default (or a value verl's own configs use that means the same thing here), is a ConfigError naming the
+key, the backend selected and the backend / setting that would read it. Backends that verl has and this
+repository does not build yet (vLLM / SGLang rollout, FSDP / Megatron training) are named as such.
+
+Kept free of torch and of the worker packages: the engines that exist are listed here, and
+``tests/unit/test_config.py`` checks the list against the rollout registry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from verl.config.errors import short_repr
+
+BUILT_ROLLOUTS = ("fast", "hf", "dummy")
+"""``actor_rollout_ref.rollout.name`` values registered by ``verl.workers.rollout``"""
+NOT_BUILT_ROLLOUTS = ("vllm", "sglang")
+"""verl's inference-server engines, not built in this repository yet"""
+BUILT_STRATEGIES = ("dp",)
+"""``actor_rollout_ref.actor.strategy`` values: dp = one process, or DDP over trainer.backend=ray workers"""
+NOT_BUILT_STRATEGIES = ("fsdp", "fsdp2", "megatron")
+"""verl's sharded training backends, not built in this repository yet"""
+REWARD_MANAGERS_WITHOUT_OVERLONG = ("naive", "batch")
+"""built-in reward managers that do not apply ``reward_model.overlong_buffer`` (only ``dapo`` does)"""
+
+ROLLOUT = "actor_rollout_ref.rollout"
+
+
+@dataclass(frozen=True)
+class RolloutKey:
+    """A ``rollout`` key that only some engines read."""
+
+    name: str
+    """leaf name under actor_rollout_ref.rollout"""
+    accepted: tuple[Any, ...]
+    """values accepted by every engine: the schema default first, then verl's defaults that mean the same here"""
+    read_by: tuple[str, ...]
+    """engines that honour any value"""
+    what: str
+    """what the key does, completing "it ..." in the message"""
+
+
+ROLLOUT_KEYS = (
+    RolloutKey(
+        "tensor_model_parallel_size",
+        (1,),
+        ("vllm", "sglang"),
+        "shards an inference server's weights over GPUs (the engines built here generate with the actor's own "
+        "module)",
+    ),
+    RolloutKey(
+        "gpu_memory_utilization",
+        (0.5,),
+        ("vllm", "sglang"),
+        "sizes vLLM's / SGLang's KV cache as a fraction of GPU memory",
+    ),
+    RolloutKey(
+        "max_num_seqs",
+        (256, 1024),
+        ("vllm", "sglang"),
+        "caps the sequences an inference server batches at once (the engines built here take the whole batch, "
+        "or rollout.micro_batch_size prompts at a time)",
+    ),
+    RolloutKey(
+        "calculate_log_probs",
+        (False,),
+        ("fast",),
+        "returns the engine's log-probs with each response (rollout_log_probs), which the fast engine always does",
+    ),
+)
+
+
+def _yaml(value: Any) -> str:
+    """A value as it is written on the command line: true / false for booleans."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _engines(names: tuple[str, ...]) -> str:
+    built = [n for n in names if n in BUILT_ROLLOUTS]
+    not_built = [n for n in names if n not in BUILT_ROLLOUTS]
+    parts = [f"rollout.name={' or '.join(built)}"] if built else []
+    if not_built:
+        parts.append(f"rollout.name={' or '.join(not_built)}, not built yet")
+    return "; ".join(parts)
+
+
+def _rollout_errors(cfg: DictConfig) -> list[str]:
+    rollout = cfg.actor_rollout_ref.rollout
+    engine = rollout.name
+    errors: list[str] = []
+    if engine in NOT_BUILT_ROLLOUTS:
+        errors.append(f"{ROLLOUT}.name={engine}: not built yet; available: {', '.join(BUILT_ROLLOUTS)}")
+        return errors
+    for key in ROLLOUT_KEYS:
+        value = rollout[key.name]
+        if engine in key.read_by or value in key.accepted:
+            continue
+        errors.append(
+            f"{ROLLOUT}.{key.name}={_yaml(value)} has no effect with rollout.name={engine} "
+            f"(it {key.what}; read by {_engines(key.read_by)}); leave it at {_yaml(key.accepted[0])}"
+        )
+    return errors
+
+
+def _tokenizer_errors(cfg: DictConfig) -> list[str]:
+    """The policy's tokenizer is the only one: prompts, rollouts, critic and reward all use its ids."""
+    model = cfg.actor_rollout_ref.model
+    policy = (None, model.path, model.tokenizer_path)
+    where = "actor_rollout_ref.model.tokenizer_path (None = actor_rollout_ref.model.path)"
+    errors = []
+    if cfg.data.tokenizer not in policy:
+        errors.append(
+            f"data.tokenizer={cfg.data.tokenizer} has no effect: prompts are tokenized with the policy's "
+            f"tokenizer, {where}; set that instead"
+        )
+    if cfg.critic.model.tokenizer_path not in policy:
+        errors.append(
+            f"critic.model.tokenizer_path={cfg.critic.model.tokenizer_path} has no effect: the critic scores "
+            f"the policy's token ids, so it shares the policy's tokenizer, {where}"
+        )
+    return errors
+
+
+def backend_errors(cfg: DictConfig) -> list[str]:
+    """One message per key of a TrainerConfig that the selected backends would silently ignore."""
+    errors = _rollout_errors(cfg)
+    arr = cfg.actor_rollout_ref
+    strategy = arr.actor.strategy
+    if strategy not in BUILT_STRATEGIES:
+        status = "not built yet" if strategy in NOT_BUILT_STRATEGIES else "unknown strategy"
+        errors.append(
+            f"actor_rollout_ref.actor.strategy={strategy}: {status}; available: {', '.join(BUILT_STRATEGIES)} "
+            "(data parallel: trainer.backend=ray and trainer.n_gpus_per_node=N train N DDP workers)"
+        )
+    if len(arr.model.override_config):
+        overrides = short_repr(OmegaConf.to_container(arr.model.override_config))
+        errors.append(
+            f"actor_rollout_ref.model.override_config={overrides}: not built yet (the model loader applies no "
+            "overrides to the HuggingFace config); leave it empty, or edit config.json in the model directory"
+        )
+    errors.extend(_tokenizer_errors(cfg))
+    reward = cfg.reward_model
+    if reward.overlong_buffer.enable and reward.reward_manager in REWARD_MANAGERS_WITHOUT_OVERLONG:
+        errors.append(
+            f"reward_model.overlong_buffer.enable=true has no effect with reward_model.reward_manager="
+            f"{reward.reward_manager} (the overlong penalty is applied by reward_model.reward_manager=dapo)"
+        )
+    return errors
+
+
+def sft_backend_errors(cfg: DictConfig) -> list[str]:
+    """Keys of an SFTConfig that ``verl sft`` does not read yet."""
+    errors = []
+    if cfg.data.val_files is not None:
+        errors.append(
+            f"data.val_files={short_repr(cfg.data.val_files)}: not built yet (verl sft has no validation pass); "
+            "leave it unset"
+        )
+    if cfg.trainer.test_freq != -1:
+        errors.append(
+            f"trainer.test_freq={cfg.trainer.test_freq}: not built yet (verl sft has no validation pass); "
+            "leave it at -1"
+        )
+    return errors

@@ -1,0 +1,100 @@
+"""The plan of an RL step: which passes exist, decided once from the config and logged at the start."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from verl.algorithms import get_kl_controller
+from verl.config import DerivedSizes, TrainerConfig
+from verl.workers.rollout import get_rollout_class
+
+OldLogProbs = Literal["recompute", "from_rollout", "not_needed"]
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What one RL step does, derived from the config by :meth:`from_config`; the step function reads it."""
+
+    n: int
+    """responses per prompt (``rollout.n``): one group each"""
+    old_log_probs: OldLogProbs
+    """where π_old comes from: ``recompute`` (an extra forward pass), ``from_rollout`` (the engine returned
+    the sampling log-probs; the weights have not changed since) or ``not_needed`` (one optimizer step per RL
+    step: the update's own detached log-probs are π_old)"""
+    ref: bool
+    """a KL term (in the reward or in the loss) needs the frozen reference policy's log-probs"""
+    critic: bool
+    """a value model is trained and scores the batch (GAE and friends)"""
+    remax_baseline: bool
+    """ReMax: the reward of one greedy response per prompt is its group's baseline"""
+    refill_until_varied: bool
+    """DAPO dynamic sampling: groups whose rewards all agree are dropped and more prompts generated"""
+    balance: bool
+    """reorder the batch so every data-parallel rank gets about the same number of tokens"""
+    critic_warmup: int
+    """the first ``critic_warmup`` steps train only the critic"""
+    total_steps: int
+    sizes: DerivedSizes
+    algorithm: Any
+    """the ``algorithm`` config section (estimator, KL penalty, dynamic sampling settings)"""
+    kl_ctrl: Any
+    """the in-reward KL coefficient controller (its state changes every step); None without that KL term"""
+    train_batch_size: int
+    """prompts per step (``data.train_batch_size``): the groups dynamic sampling must fill"""
+
+    @classmethod
+    def from_config(cls, config: TrainerConfig, sizes: DerivedSizes, total_steps: int) -> StepPlan:
+        algo = config.algorithm
+        actor = config.actor_rollout_ref.actor
+        critic = algo.adv_estimator == "gae" if config.critic.enable is None else config.critic.enable
+        return cls(
+            n=config.actor_rollout_ref.rollout.n,
+            old_log_probs=_old_log_probs(config, sizes),
+            ref=algo.use_kl_in_reward or actor.use_kl_loss,
+            critic=critic,
+            remax_baseline=algo.adv_estimator == "remax",
+            refill_until_varied=algo.filter_groups.enable,
+            balance=config.trainer.balance_batch and sizes.dp_size > 1,
+            critic_warmup=config.trainer.critic_warmup,
+            total_steps=total_steps,
+            sizes=sizes,
+            algorithm=algo,
+            kl_ctrl=get_kl_controller(algo.kl_ctrl) if algo.use_kl_in_reward else None,
+            train_batch_size=config.data.train_batch_size,
+        )
+
+    def update_actor(self, step: int) -> bool:
+        """Critic warm-up: the policy waits while the value function is fitted first."""
+        return step > self.critic_warmup
+
+    def progress(self, step: int) -> float:
+        """Fraction of training done before ``step`` (1-based), in [0, 1]: drives clip-ratio schedules."""
+        return (step - 1) / max(1, self.total_steps - 1)
+
+    def describe(self) -> str:
+        passes = [f"old log-probs: {self.old_log_probs}"]
+        passes += [name for name, on in (("reference", self.ref), ("critic", self.critic)) if on]
+        passes += [name for name, on in self._extras() if on]
+        return f"step plan: {self.n} responses per prompt; " + ", ".join(passes)
+
+    def _extras(self) -> list[tuple[str, bool]]:
+        return [
+            ("ReMax greedy baseline", self.remax_baseline),
+            ("dynamic sampling", self.refill_until_varied),
+            ("token balance across ranks", self.balance),
+            (f"critic warm-up {self.critic_warmup} steps", self.critic and self.critic_warmup > 0),
+        ]
+
+
+def _old_log_probs(config: TrainerConfig, sizes: DerivedSizes) -> OldLogProbs:
+    """``actor.recompute_old_log_prob``: true / false as set; unset (null) recomputes only when something
+    needs π_old and the rollout engine did not return it."""
+    recompute = config.actor_rollout_ref.actor.recompute_old_log_prob
+    if recompute is not None:
+        return "recompute" if recompute else "not_needed"
+    needed = sizes.optimizer_steps_per_rl_step != 1 or config.algorithm.use_kl_in_reward
+    if not needed:
+        return "not_needed"
+    rollout_cls = get_rollout_class(config.actor_rollout_ref.rollout.name)
+    return "from_rollout" if rollout_cls.returns_log_probs else "recompute"

@@ -1,0 +1,85 @@
+"""Seed 003's keyword arguments to ``RLTrainer``, translated into config keys and a scoring function.
+
+``RLTrainer(config, actor_model=path, reward_model=fn_or_name, use_vllm=True, fsdp_config={...})`` is
+the same as setting ``actor_rollout_ref.model.path``, a ``compute_score`` function,
+``actor_rollout_ref.rollout.name=vllm`` and the FSDP settings. The config is never changed in place:
+a new one is built and validated like any other.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from verl.config import ConfigError, TrainerConfig, validate
+
+ComputeScore = Callable[..., Any]
+
+
+def apply_seed_arguments(
+    config: TrainerConfig,
+    compute_score: ComputeScore | None,
+    *,
+    actor_model: str | None = None,
+    reward_model: str | ComputeScore | None = None,
+    use_vllm: bool = False,
+    fsdp_config: dict[str, Any] | None = None,
+) -> tuple[TrainerConfig, ComputeScore | None]:
+    """The config with the keyword arguments applied, and the scoring function (``reward_model``)."""
+    if fsdp_config:
+        raise ConfigError(
+            f"RLTrainer(fsdp_config={fsdp_config!r}): the FSDP engine (actor_rollout_ref.actor.strategy=fsdp2) "
+            "is not built yet; the actor trains data parallel (strategy=dp): one worker, or DDP over "
+            "trainer.n_gpus_per_node Ray workers"
+        )
+    updates: dict[str, Any] = {}
+    if actor_model is not None:
+        updates["actor_rollout_ref.model.path"] = str(actor_model)
+    if use_vllm:
+        updates["actor_rollout_ref.rollout.name"] = "vllm"
+    if reward_model is not None:
+        if compute_score is not None:
+            raise ValueError("RLTrainer: pass reward_model or compute_score, not both")
+        compute_score = scoring_function(reward_model, "RLTrainer(reward_model=...)")
+    return with_updates(config, updates), compute_score
+
+
+def with_updates(config: TrainerConfig, updates: dict[str, Any]) -> TrainerConfig:
+    """A validated, read-only copy of ``config`` with the dotted ``updates`` applied."""
+    if not updates:
+        return config
+    new = copy.deepcopy(config)
+    OmegaConf.set_readonly(new, False)
+    for key, value in updates.items():
+        OmegaConf.update(new, key, value, merge=False)
+    validate(new)
+    OmegaConf.set_readonly(new, True)
+    return new
+
+
+def scoring_function(reward: str | ComputeScore | None, where: str) -> ComputeScore | None:
+    """A built-in scorer name -> a function applying that scorer to every sample; a function as is."""
+    if reward is None or callable(reward):
+        return reward
+    from verl.workers.reward.scorers import SCORERS
+
+    if reward not in SCORERS:
+        raise ValueError(
+            f"{where}: {reward!r} is not a built-in scorer ({', '.join(sorted(SCORERS))}); pass one of those "
+            "or a function compute_score(data_source, solution_str, ground_truth, extra_info=None). Reward "
+            "models (a model directory scoring responses) are not built yet."
+        )
+    return partial(_score_with, reward)
+
+
+def _score_with(
+    scorer: str, data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None
+) -> Any:
+    """Score with the named built-in scorer (a module-level function, so it pickles for Ray)."""
+    from verl.workers.reward.scorers import SCORERS
+
+    return SCORERS[scorer](solution_str, ground_truth, extra_info=extra_info)

@@ -1,0 +1,118 @@
+"""The training loop the actor and the critic share: mini-batches, micro-batches, all-reduce, clip, step.
+
+A role describes one update as a :class:`RoleUpdate`: its data and `UpdatePlan`, the context of a
+mini-batch (built from its global token and sequence counts) and the loss of one micro-batch (which also
+adds its shares of the mini-batch's metrics). Everything else is here, once:
+
+- ``epochs`` passes over this rank's shard in mini-batches of ``mini_batch_size // world_size`` rows
+  (shuffled from the role's own generator when asked), one optimizer step each;
+- the real-token and sequence counts of each GLOBAL mini-batch, summed over the ranks, so that
+  micro-batch losses normalised by them add up to the global mini-batch's loss;
+- micro-batches by rows or by token budget, gradients accumulated without DDP's all-reduce until
+  the last one; each backward scaled by the world size (DDP averages, the loss is a share of a sum);
+- the metric shares summed over the ranks, gradient clipping with the non-finite skip, the LR schedule.
+
+Data parallel with torch.distributed when a process group is up (see `verl.workers.engine.distributed`):
+the update then equals the one-process update of the whole batch, and every rank returns the same
+metrics. With one process nothing of this is active.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+import torch
+
+from verl.protocol import DataProto
+from verl.workers.engine.batching import micro_batches
+from verl.workers.engine.distributed import (
+    all_reduce_sum,
+    dp_world_size,
+    gradient_sync,
+    local_mini_batch_size,
+)
+from verl.workers.engine.optim import clip_and_step, record_optimizer_step, summarize_metrics
+from verl.workers.engine.trained import TrainedModel
+
+C = TypeVar("C")
+
+MiniBatchContext = Callable[[float, float], C]
+"""``(global_num_tokens, global_num_seqs) -> context`` of one mini-batch"""
+MicroBatchLoss = Callable[[DataProto, C, dict[str, float]], torch.Tensor]
+"""``(micro, context, metric_shares) -> loss`` to backward; adds the micro-batch's metric shares"""
+
+
+@dataclass(frozen=True)
+class UpdatePlan:
+    """How one update call splits its data, as verl's sizes: ``mini_batch_size`` is GLOBAL (samples per
+    optimizer step over all ranks), ``micro_batch_size`` PER RANK (rows per forward/backward; None = the
+    whole local mini-batch), or ``max_tokens`` real tokens per micro-batch (use_dynamic_bsz)."""
+
+    mini_batch_size: int
+    micro_batch_size: int | None
+    epochs: int = 1
+    max_tokens: int | None = None
+    shuffle: bool = False
+    grad_clip: float = 1.0
+
+
+@dataclass(frozen=True)
+class RoleUpdate(Generic[C]):
+    """What a role brings to one `run_update` call (built by ``Actor.plan_update`` / ``Critic.plan_update``)."""
+
+    data: DataProto
+    """this rank's shard, with only the keys the loss reads"""
+    plan: UpdatePlan
+    prefix: str
+    """names the optimizer metrics: ``<prefix>/grad_norm``, ``/skipped_steps``, ``/lr``"""
+    mini_batch_context: MiniBatchContext[C]
+    micro_batch_loss: MicroBatchLoss[C]
+    closing_metrics: dict[str, float] = field(default_factory=dict)
+    """recorded after the optimizer steps"""
+
+
+def run_update(model: TrainedModel, update: RoleUpdate[C]) -> dict[str, float]:
+    """Train ``model`` as ``update`` describes; one value per metric (see `summarize_metrics`)."""
+    data, plan, prefix = update.data, update.plan, update.prefix
+    model.trained.train()
+    local_mini = local_mini_batch_size(plan.mini_batch_size, len(data))
+    metrics: dict[str, list[float]] = defaultdict(list)
+    # Drawn from the role's own generator: the same on every rank seeded alike, and untouched by
+    # whatever else in the process uses torch's global generator.
+    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=model.generator).item())
+    for mini in data.make_iterator(local_mini, epochs=plan.epochs, seed=seed, shuffle=plan.shuffle):
+        model.optimizer.zero_grad(set_to_none=True)
+        counts = all_reduce_sum({"tokens": mini.batch["response_mask"].sum().item(), "seqs": len(mini)})
+        context = update.mini_batch_context(counts["tokens"], counts["seqs"])
+        shares: dict[str, float] = defaultdict(float)
+        micros, _ = micro_batches(mini, plan.micro_batch_size, plan.max_tokens)
+        for i, micro in enumerate(micros):
+            with gradient_sync(model.trained, sync=i == len(micros) - 1):
+                loss = update.micro_batch_loss(micro, context, shares)
+                # The loss is this rank's share of the global mini-batch loss, and DDP AVERAGES gradients
+                # over the ranks; scaling by the world size turns that average into the sum.
+                (loss * dp_world_size()).backward()
+        # Each rank holds its shares of the global mini-batch's metrics: their sum is the global value.
+        for key, value in all_reduce_sum(shares).items():
+            metrics[key].append(value)
+        # DDP reduced the gradients during backward: norm, clipping and the non-finite skip see the
+        # same gradients, and so decide the same, on every rank.
+        grad_norm, stepped = clip_and_step(model.trained, model.optimizer, plan.grad_clip)
+        record_optimizer_step(metrics, prefix, grad_norm, stepped)
+    for key, value in update.closing_metrics.items():
+        metrics[key].append(value)
+    if model.lr_scheduler is not None:
+        metrics[f"{prefix}/lr"].append(model.lr_scheduler.get_last_lr()[0])
+        model.lr_scheduler.step()
+    return summarize_metrics(metrics)
+
+
+def share_of_tokens(mask: torch.Tensor, global_num_tokens: float) -> float:
+    """A micro-batch's share of the mini-batch's real tokens: the weight of its per-token-mean metrics."""
+    return mask.sum().item() / max(global_num_tokens, 1)
+
+
+__all__ = ["MicroBatchLoss", "MiniBatchContext", "RoleUpdate", "UpdatePlan", "run_update", "share_of_tokens"]
