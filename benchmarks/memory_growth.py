@@ -37,7 +37,7 @@ def main(steps: int, extra: list[str]) -> None:
             *extra,
         ],
     )
-    prepare_inputs(config)
+    config = prepare_inputs(config)
     trainer = RLTrainer(config)
     samples: dict[int, float] = {0: rss_mb()}
     train_step = trainer.train_step

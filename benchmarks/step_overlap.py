@@ -34,7 +34,7 @@ def main(backend: str) -> None:
             "trainer.torch_threads=1",
         ],
     )
-    prepare_inputs(config)
+    config = prepare_inputs(config)
     trainer = RLTrainer(config)
     try:
         trainer.fit()

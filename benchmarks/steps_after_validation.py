@@ -27,7 +27,7 @@ def main(threads: int) -> None:
             "grpo",
             [f"trainer.torch_threads={threads}", f"trainer.default_local_dir={out}", "trainer.logger=[]"],
         )
-        prepare_inputs(config)
+        config = prepare_inputs(config)
         trainer = RLTrainer(config)
         collate = functools.partial(collate_rl, pad_token_id=trainer.tokenizer.pad_token_id)
         batches = iterate_batches(trainer.train_dataset, trainer.sampler, collate, num_epochs=None)

@@ -27,7 +27,7 @@ def _acc(metrics: dict) -> dict[str, float]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from verl.config import load_config, to_yaml
-    from verl.trainer.prepare import prepare_inputs
+    from verl.trainer.prepare import plan_inputs, prepare_inputs, resolve_inputs
     from verl.trainer.rl_trainer import RLTrainer
 
     overrides = list(args.overrides)
@@ -39,11 +39,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides.append("trainer.trace=true")
     config = load_config(args.config, overrides)
     if args.print_config:
-        print(to_yaml(config))
+        print(to_yaml(resolve_inputs(config)))
+        for artifact in plan_inputs(config).artifacts():
+            print(f"# prepare: {artifact.describe()}")
         return 0
     start = time.perf_counter()
-    prepare_inputs(config)
-    trainer = RLTrainer(config)
+    trainer = RLTrainer(prepare_inputs(config))
     try:
         summary = trainer.fit()
     finally:
@@ -123,7 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="RL training (default: GRPO on the arithmetic task with a tiny model)")
     run.add_argument("--config", default=None, help="recipe name (grpo, ...) or path to a YAML file")
-    run.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    run.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved config (with the paths of the cached artifacts it uses) and exit",
+    )
     run.add_argument(
         "--controller",
         default=None,

@@ -64,10 +64,10 @@ def test_verl_run_default_recipe_small(tmp_path):
     assert "val-core/arithmetic/acc/mean@1" in records[2]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["val_after"]["val-core/arithmetic/acc/mean@1"] >= 0
-    home = tmp_path / "home"
-    assert (home / "data/arithmetic/train.parquet").exists()
-    assert (home / "models/tiny-arith-sft/config.json").exists()
-    assert not list(home.glob("models/*.tmp"))
+    artifacts = tmp_path / "home" / "artifacts"  # built under $VERL_HOME, keyed by their settings
+    assert len(list(artifacts.glob("arithmetic-data-*/train.parquet"))) == 1
+    assert len(list(artifacts.glob("tiny-model-sft-*/config.json"))) == 1
+    assert not list(artifacts.glob(".*"))  # no half-built artifact left behind
 
 
 CUSTOM_STEP = '''

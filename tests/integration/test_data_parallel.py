@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 import torch.multiprocessing as mp
+from _weights import assert_same_adam_update
 from omegaconf import OmegaConf
 
 from verl.config.schema import ActorConfig, CriticConfig
@@ -209,8 +210,9 @@ def metric_atol(key: str) -> float:
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_two_processes_update_like_one(results, case):
     single, (rank0, rank1) = results[case.name]
-    for key, expected in single["weights"].items():
-        torch.testing.assert_close(rank0["weights"][key], expected, atol=1e-6, rtol=1e-5, msg=key)
+    # Two ranks sum the gradients in another order than one process: rounding-level differences.
+    assert_same_adam_update(single["weights"], rank0["weights"], lr=1e-3, optimizer_steps=2, close=1e-6)
+    for key in single["weights"]:
         assert torch.equal(rank0["weights"][key], rank1["weights"][key]), f"ranks disagree on {key}"
     assert rank0["metrics"] == rank1["metrics"]
     assert rank0["metrics"].keys() == single["metrics"].keys()

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _weights import assert_same_adam_update
 
 from verl.config import list_recipes, load_config
 from verl.data import iterate_batches
@@ -164,8 +165,7 @@ def test_skipping_old_log_prob_gives_the_same_update(tiny_model_dir, arithmetic_
     assert with_pass["actor/pg_loss"] == pytest.approx(without_pass["actor/pg_loss"], abs=1e-6)
     assert with_pass["actor/entropy"] == pytest.approx(without_pass["actor/entropy"], rel=1e-4)
     assert without_pass["timing_s/old_log_prob"] == 0.0 < with_pass["timing_s/old_log_prob"]
-    for key in weights_a:
-        torch.testing.assert_close(weights_a[key], weights_b[key], atol=1e-6, rtol=1e-5)
+    assert_same_adam_update(weights_a, weights_b, lr=1e-3, optimizer_steps=1, close=1e-6)
 
 
 def test_ppo_with_critic_and_warmup(tiny_model_dir, arithmetic_files, tmp_path):
@@ -290,30 +290,6 @@ def test_dummy_rollout_engine_trains(tiny_model_dir, arithmetic_files, tmp_path)
     assert record["actor/grad_norm"] > 0 and "val-core/arithmetic/acc/mean@1" in summary["val_after"]
 
 
-def assert_same_adam_update(after_a, after_b, lr, optimizer_steps, close=1e-5, max_outliers=1e-3):
-    """Two runs that differ only by float rounding in their gradients end with the same weights, to the
-    precision AdamW allows.
-
-    Error analysis: Adam moves each weight by lr * m / (sqrt(v) + eps) per step, about lr * sign(g) for
-    a weight whose gradient is far from zero, whatever its size. A rounding-level change of g changes
-    that step by a rounding-level amount, so such weights agree to ``close``. A weight whose gradient is
-    itself at rounding level (near zero) can get a step of either sign: it may differ by up to
-    2 * lr per optimizer step. Those weights must be rare (at most ``max_outliers`` of the elements),
-    and none may differ by more than Adam's bound; which few they are depends on the CPU's float
-    kernels, so the test does not pin them.
-    """
-    bound = 2 * lr * optimizer_steps * 1.01
-    total = outliers = 0
-    for key, a in after_a.items():
-        diff = (after_b[key] - a).abs()
-        assert diff.max().item() <= bound, f"{key}: {diff.max().item():.3g} exceeds Adam's bound {bound:.3g}"
-        outliers += int((diff > close + 1e-4 * a.abs()).sum())
-        total += a.numel()
-    assert outliers <= max(1, max_outliers * total), (
-        f"{outliers} of {total} weights differ by more than {close}"
-    )
-
-
 def one_step(config, reward_fn=parity_reward):
     """Run one RL step; its metrics record and the actor's weights."""
     trainer = RLTrainer(config, reward_fn=reward_fn)
@@ -360,9 +336,9 @@ def test_padding_free_training_gives_the_same_update(recipe, tiny_model_dir, ari
         if key in rec_a:
             assert rec_b[key] == pytest.approx(rec_a[key], rel=1e-4, abs=1e-6), key
     # Packing changes the order of float sums in the forward passes: rounding-level gradient changes.
-    assert_same_adam_update(weights_a, weights_b, lr=1e-3, optimizer_steps=2, close=1e-4)
+    assert_same_adam_update(weights_a, weights_b, lr=1e-3, optimizer_steps=2, close=1e-4, rtol=1e-4)
     if critic_a:
-        assert_same_adam_update(critic_a, critic_b, lr=1e-3, optimizer_steps=2, close=1e-4)
+        assert_same_adam_update(critic_a, critic_b, lr=1e-3, optimizer_steps=2, close=1e-4, rtol=1e-4)
 
 
 def test_fast_rollout_log_probs_replace_the_old_log_prob_pass(tiny_model_dir, arithmetic_files, tmp_path):
@@ -394,4 +370,4 @@ def test_fast_rollout_log_probs_replace_the_old_log_prob_pass(tiny_model_dir, ar
     assert without_pass["actor/pg_loss"] == pytest.approx(with_pass["actor/pg_loss"], abs=1e-5)
     assert without_pass["actor/ppo_kl"] == pytest.approx(with_pass["actor/ppo_kl"], abs=1e-5)
     # The engine's log-probs differ from the recomputed ones by rounding: so do the two updates' gradients.
-    assert_same_adam_update(weights_a, weights_b, lr=1e-3, optimizer_steps=2)
+    assert_same_adam_update(weights_a, weights_b, lr=1e-3, optimizer_steps=2, rtol=1e-4)

@@ -9,6 +9,7 @@ from verl.config.loader import (
     suggest_key,
     to_container,
     to_yaml,
+    with_updates,
 )
 from verl.config.schema import TrainerConfig
 from verl.config.sft_schema import SFTConfig
@@ -29,4 +30,5 @@ __all__ = [
     "to_container",
     "to_yaml",
     "validate",
+    "with_updates",
 ]

@@ -9,6 +9,7 @@ gradient accumulation, ...) come from :func:`verl.config.sizes.derive_sizes` and
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import json
@@ -425,3 +426,16 @@ def sft_overrides(settings: Mapping[str, Any]) -> list[str]:
             value = OmegaConf.to_container(value, resolve=True)
         out.append(f"{path}={json.dumps(value)}")
     return out
+
+
+def with_updates(config: DictConfig, updates: dict[str, Any]) -> DictConfig:
+    """A validated, read-only copy of ``config`` with the dotted ``updates`` applied."""
+    if not updates:
+        return config
+    new = copy.deepcopy(config)
+    OmegaConf.set_readonly(new, False)
+    for key, value in updates.items():
+        OmegaConf.update(new, key, value, merge=False)
+    validate(new)
+    OmegaConf.set_readonly(new, True)
+    return new

@@ -275,13 +275,16 @@ class PrepareConfig:
     """``prepare`` (not in verl): how ``verl run`` creates missing inputs for the default recipe."""
 
     enable: bool = True
-    """create missing data files and model before training"""
+    """build the data files and the model the config leaves unset (data.train_files, model.path)"""
+    cache_dir: str = "${oc.env:VERL_HOME,'~/.cache/verl'}"
+    """where built artifacts are cached, each under a name keyed by the settings that determine it"""
     task: Optional[str] = None
-    """built-in task (e.g. arithmetic) that writes data.train_files/val_files when they are missing"""
+    """built-in task (e.g. arithmetic) whose train / test files fill data.train_files / val_files when unset"""
     task_kwargs: dict[str, Any] = field(default_factory=dict)
     """free-form keyword arguments for the task builder"""
     tiny_model: dict[str, Any] = field(default_factory=dict)
-    """free-form keyword arguments for the tiny-model factory, used when model.path is missing"""
+    """free-form keyword arguments for the tiny-model factory, which builds actor_rollout_ref.model.path when
+    it is unset"""
     sft: dict[str, Any] = field(default_factory=dict)
     """free-form SFT settings for the warm start (leaf names or dotted SFTConfig keys, see ``sft_overrides``)"""
 

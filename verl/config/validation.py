@@ -81,8 +81,11 @@ def validate(cfg: DictConfig) -> None:
         _at_least(errors, "data.max_response_length", data.max_response_length, 1)
         _at_least(errors, "data.train_batch_size", data.train_batch_size, 1)
         _at_least(errors, "data.val_batch_size", data.val_batch_size, 1)
-        if not str(arr.model.path).strip():
-            errors.append("actor_rollout_ref.model.path is required (a model directory or hub id); got ''")
+        if not str(arr.model.path).strip() and not (cfg.prepare.enable and cfg.prepare.tiny_model):
+            errors.append(
+                "actor_rollout_ref.model.path is required (a model directory or hub id), unless prepare.enable "
+                "and prepare.tiny_model build one; got ''"
+            )
         _choice(errors, "actor_rollout_ref.actor.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
         _at_least(errors, "actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size, 1)
         _at_least(

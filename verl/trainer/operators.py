@@ -278,8 +278,7 @@ class Flow:
         from verl.trainer.prepare import prepare_inputs
 
         self.check_complete()
-        loaded = self.config(config, overrides)
-        prepare_inputs(loaded)
+        loaded = prepare_inputs(self.config(config, overrides))
         reward = next(op for op in self.operators if isinstance(op, RewardOperator))
         return RLTrainer(loaded, compute_score=reward.compute_score)
 

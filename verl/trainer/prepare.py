@@ -1,74 +1,222 @@
-"""Create what a recipe needs but the machine does not have yet: task data, a tiny model, its SFT warm start.
+"""Build what a recipe needs but the machine does not have yet: task data, a tiny model, its SFT warm start.
 
-This is what makes ``verl run`` work on a fresh machine with no downloads. Every artifact is
-written under a temporary name and renamed into place, so an interrupted run never leaves a
-half-written model behind for the next one to load.
+This is what makes ``verl run`` work on a fresh machine with no downloads. Each artifact lives in a
+cache directory named after everything that determines it (:class:`Artifact`: the task settings, the
+model settings, the SFT settings, the seed, the thread count, the builders' format version), under
+``prepare.cache_dir`` (``$VERL_HOME``, default ``~/.cache/verl``). A changed setting builds a new
+artifact; the same settings reuse the cached one. Building holds a file lock on the artifact and
+writes under a unique temporary name that is renamed into place, so runs started together build
+each artifact once and never see half of one.
+
+Only paths the config leaves unset are filled: ``data.train_files`` / ``val_files`` (when unset,
+``prepare.task`` writes them) and ``actor_rollout_ref.model.path`` (when unset, ``prepare.tiny_model``
+builds a model and ``prepare.sft`` warm-starts it). A path the user gave is used as it is and never
+written to.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
 from omegaconf import OmegaConf
 
-from verl.config import SFTConfig, as_file_list, load_config, sft_overrides
-from verl.data import prepare_task
-from verl.models import make_tiny_model
+from verl.config import (
+    ConfigError,
+    SFTConfig,
+    TrainerConfig,
+    as_file_list,
+    load_config,
+    sft_overrides,
+    with_updates,
+)
 
 logger = logging.getLogger(__name__)
 
+ARTIFACT_FORMAT = 2
+"""Bump when a builder (task writer, tiny-model factory, SFT) makes something else from the same settings:
+every cached artifact is then rebuilt."""
 
-def _is_model_dir(path: Path) -> bool:
-    return (path / "config.json").exists()
+MANIFEST = "artifact.json"
 
 
-def prepare_inputs(config: Any, log=print) -> None:
-    """Write missing task files and build + warm-start the model at ``actor_rollout_ref.model.path``."""
+@dataclass(frozen=True)
+class Artifact:
+    """One cached thing (task data, initial model, warm-started model) and the settings that determine it."""
+
+    kind: str
+    settings: dict[str, Any]
+    cache_dir: Path
+
+    @property
+    def key(self) -> str:
+        text = json.dumps({"format": ARTIFACT_FORMAT, "kind": self.kind, **self.settings}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    @property
+    def path(self) -> Path:
+        return self.cache_dir / "artifacts" / f"{self.kind}-{self.key}"
+
+    def ready(self) -> bool:
+        return (self.path / MANIFEST).is_file()
+
+    def build(self, write: Callable[[Path], None], log: Callable[[str], None] = print) -> Path:
+        """The artifact's directory, built by ``write(tmp_dir)`` unless it is cached. Concurrent callers
+        wait on the artifact's lock; the first builds it and the others find it ready."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.path) + ".lock"):
+            if self.ready():
+                return self.path
+            log(f"[prepare] building {self.kind} {self.path}")
+            tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", dir=self.path.parent))
+            tmp.chmod(0o755)  # mkdtemp's 0700 would hide a shared cache from other users
+            try:
+                write(tmp)
+                manifest = {"format": ARTIFACT_FORMAT, "kind": self.kind, "key": self.key, **self.settings}
+                (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+                shutil.rmtree(self.path, ignore_errors=True)  # a directory without a manifest is not ours
+                tmp.rename(self.path)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        return self.path
+
+    def describe(self) -> str:
+        return f"{self.kind}: {self.path} ({'cached' if self.ready() else 'to build'})"
+
+
+@dataclass(frozen=True)
+class PreparePlan:
+    """The artifacts a config needs (in build order) and the config keys they fill."""
+
+    data: Artifact | None
+    init_model: Artifact | None
+    sft_model: Artifact | None
+
+    def artifacts(self) -> list[Artifact]:
+        return [a for a in (self.data, self.init_model, self.sft_model) if a is not None]
+
+    def updates(self) -> dict[str, Any]:
+        """The config keys the artifacts fill: the data files and the model path."""
+        updates: dict[str, Any] = {}
+        if self.data is not None:
+            updates["data.train_files"] = str(self.data.path / "train.parquet")
+            updates["data.val_files"] = str(self.data.path / "test.parquet")
+        model = self.sft_model or self.init_model
+        if model is not None:
+            updates["actor_rollout_ref.model.path"] = str(model.path)
+        return updates
+
+
+def plan_inputs(config: TrainerConfig) -> PreparePlan:
+    """Which artifacts ``config`` needs, without building anything (``verl run --print-config`` shows them)."""
     prep = config.prepare
     if not prep.enable:
-        return
-    train_files, val_files = as_file_list(config.data.train_files), as_file_list(config.data.val_files)
-    if prep.task:
-        if len(train_files) != 1 or len(val_files) != 1:
-            raise ValueError("prepare.task writes one train file and one val file; give one path for each")
-        prepare_task(prep.task, train_files[0], val_files[0], **OmegaConf.to_container(prep.task_kwargs))
+        return PreparePlan(None, None, None)
+    cache_dir = Path(prep.cache_dir).expanduser()
+    data = None
+    if config.data.train_files is None and prep.task:
+        data = Artifact(f"{prep.task}-data", {"task": prep.task, **_plain(prep.task_kwargs)}, cache_dir)
+    init_model = sft_model = None
+    if not str(config.actor_rollout_ref.model.path).strip() and prep.tiny_model:
+        seed = config.trainer.seed
+        init_model = Artifact("tiny-model", {"tiny_model": _plain(prep.tiny_model), "seed": seed}, cache_dir)
+        if prep.sft:
+            sft_model = Artifact(
+                "tiny-model-sft",
+                {
+                    "init": init_model.key,
+                    # the data artifact's key, or the content of the user's files
+                    "data": data.key if data is not None else _files_digest(config.data.train_files),
+                    "sft": _plain(prep.sft),
+                    "seed": seed,
+                    "torch_threads": config.trainer.torch_threads,
+                },
+                cache_dir,
+            )
+    return PreparePlan(data, init_model, sft_model)
 
-    model_path = Path(config.actor_rollout_ref.model.path).expanduser()
-    if _is_model_dir(model_path):
-        return
-    if not prep.tiny_model:
-        raise FileNotFoundError(
-            f"actor_rollout_ref.model.path={model_path} is not a model directory, and prepare.tiny_model is "
-            "empty so none can be built; point model.path at a HuggingFace model directory"
+
+def resolve_inputs(config: TrainerConfig) -> TrainerConfig:
+    """``config`` with the paths its artifacts will have, built or not (for printing)."""
+    return with_updates(config, plan_inputs(config).updates())
+
+
+def prepare_inputs(config: TrainerConfig, log: Callable[[str], None] = print) -> TrainerConfig:
+    """Build the artifacts ``config`` needs that are not cached yet; returns the config with their paths."""
+    plan = plan_inputs(config)
+    resolved = with_updates(config, plan.updates())
+    if plan.data is not None:
+        plan.data.build(lambda out: _write_task(config.prepare, out), log)
+    if plan.init_model is not None:
+        plan.init_model.build(lambda out: _write_tiny_model(config, out), log)
+    if plan.sft_model is not None:
+        train_files = as_file_list(resolved.data.train_files)
+        plan.sft_model.build(lambda out: _warm_start(config, plan.init_model.path, train_files, out), log)
+    _check_set(resolved)
+    return resolved
+
+
+def _write_task(prep: Any, out: Path) -> None:
+    from verl.data.tasks import TASKS
+
+    if prep.task not in TASKS:
+        raise ConfigError(
+            f"prepare.task={prep.task!r}: unknown task; known tasks: {', '.join(sorted(TASKS))}"
         )
-    base = model_path.with_name(model_path.name + "-init")
-    if not _is_model_dir(base):
-        log(f"[prepare] building a tiny model at {base}")
-        tmp = base.with_name(base.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        make_tiny_model(tmp, seed=config.trainer.seed, **OmegaConf.to_container(prep.tiny_model))
-        tmp.rename(base)
-    if not prep.sft:
-        shutil.copytree(base, model_path)
-        return
-    log(f"[prepare] SFT warm start of {base} -> {model_path}")
+    TASKS[prep.task](out, **_plain(prep.task_kwargs))
+
+
+def _write_tiny_model(config: TrainerConfig, out: Path) -> None:
+    from verl.models import make_tiny_model
+
+    make_tiny_model(out, seed=config.trainer.seed, **_plain(config.prepare.tiny_model))
+
+
+def _warm_start(config: TrainerConfig, init_path: Path, train_files: list[str], out: Path) -> None:
+    """``verl sft`` of the initial model on the task's training file, written to ``out``."""
     from verl.trainer.sft_trainer import run_sft
 
-    tmp = model_path.with_name(model_path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
     overrides = [
-        f"model.path={base}",
+        f"model.path={init_path}",
         f"data.train_files={train_files}",
-        f"trainer.default_local_dir={tmp}",
+        f"trainer.default_local_dir={out}",
         f"trainer.seed={config.trainer.seed}",
     ]
     if config.trainer.torch_threads:
         overrides.append(f"trainer.torch_threads={config.trainer.torch_threads}")
-    sft_config = load_config(
-        None, overrides + sft_overrides(OmegaConf.to_container(prep.sft)), schema=SFTConfig
-    )
-    run_sft(sft_config)
-    tmp.rename(model_path)
+    run_sft(load_config(None, overrides + sft_overrides(_plain(config.prepare.sft)), schema=SFTConfig))
+
+
+def _check_set(config: TrainerConfig) -> None:
+    """The data and the model must be given or built (a given path is used as it is, never written to)."""
+    if config.data.train_files is None:
+        raise ConfigError(
+            "data.train_files is not set: give a parquet / jsonl path, or set prepare.task (with "
+            "prepare.enable=true) to build a built-in task's files"
+        )
+    model_path = str(config.actor_rollout_ref.model.path).strip()
+    if not model_path:
+        raise ConfigError(
+            "actor_rollout_ref.model.path is not set: give a model directory, or set prepare.tiny_model "
+            "(with prepare.enable=true) to build one"
+        )
+
+
+def _plain(node: Any) -> Any:
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+
+
+def _files_digest(files: Any) -> str:
+    """Content hash of the user's data files: an SFT warm start on other data is another artifact."""
+    digest = hashlib.sha256()
+    for path in as_file_list(files):
+        digest.update(Path(path).expanduser().read_bytes())
+    return digest.hexdigest()[:16]

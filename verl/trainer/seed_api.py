@@ -8,14 +8,11 @@ a new one is built and validated like any other.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from omegaconf import OmegaConf
-
-from verl.config import ConfigError, TrainerConfig, validate
+from verl.config import ConfigError, TrainerConfig, with_updates
 
 ComputeScore = Callable[..., Any]
 
@@ -46,19 +43,6 @@ def apply_seed_arguments(
             raise ValueError("RLTrainer: pass reward_model or compute_score, not both")
         compute_score = scoring_function(reward_model, "RLTrainer(reward_model=...)")
     return with_updates(config, updates), compute_score
-
-
-def with_updates(config: TrainerConfig, updates: dict[str, Any]) -> TrainerConfig:
-    """A validated, read-only copy of ``config`` with the dotted ``updates`` applied."""
-    if not updates:
-        return config
-    new = copy.deepcopy(config)
-    OmegaConf.set_readonly(new, False)
-    for key, value in updates.items():
-        OmegaConf.update(new, key, value, merge=False)
-    validate(new)
-    OmegaConf.set_readonly(new, True)
-    return new
 
 
 def scoring_function(reward: str | ComputeScore | None, where: str) -> ComputeScore | None:
