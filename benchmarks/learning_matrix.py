@@ -63,7 +63,9 @@ def run_one(seed: int, threads: int, overrides: list[str], out: Path) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seeds", default="1,2,3,4,5")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (wall times need 1)")
@@ -78,11 +80,15 @@ def main() -> int:
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         rows = list(pool.map(lambda cell: run_one(*cell, args.overrides, out), cells))
     print(f"overrides: {' '.join(args.overrides) or '(none: the default recipe)'}; jobs={args.jobs}")
-    print("| seed | threads | start | end | gain | lowest after step 100 | wall | curve (every test_freq steps) |")
+    print(
+        "| seed | threads | start | end | gain | lowest after step 100 | wall | curve (every test_freq steps) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         if row["returncode"] != 0:
-            print(f"| {row['seed']} | {row['threads']} | failed | | | | {row['wall_s']:.0f} s | {row['error'][-200:]!r} |")
+            print(
+                f"| {row['seed']} | {row['threads']} | failed | | | | {row['wall_s']:.0f} s | {row['error'][-200:]!r} |"
+            )
             continue
         low = "n/a" if row["min_after_100"] is None else f"{row['min_after_100']:.1f}%"
         curve = " / ".join(f"{v:.1f}" for v in row["curve"].values())
