@@ -57,7 +57,7 @@ def run_one(seed: int, threads: int, overrides: list[str], out: Path) -> dict:
     row["start"] = 100 * curve[steps[0]]
     row["end"] = 100 * curve[steps[-1]]
     row["gain"] = row["end"] - row["start"]
-    later = [100 * curve[s] for s in steps if s >= 100]
+    later = [100 * curve[s] for s in steps if s > 100]
     row["min_after_100"] = min(later) if later else None
     return row
 

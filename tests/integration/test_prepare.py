@@ -36,15 +36,21 @@ def test_each_setting_that_makes_an_artifact_is_in_its_key():
     assert set(base) == {"arithmetic-data", "tiny-model", "tiny-model-sft"}
     assert keys() == base  # the same settings reuse the same artifacts
     changed = {
-        "trainer.seed=2": {"tiny-model", "tiny-model-sft"},
-        "trainer.torch_threads=2": {"tiny-model-sft"},  # a warm start's floats depend on the thread count
+        "prepare.seed=2": {"tiny-model", "tiny-model-sft"},
+        "prepare.sft.torch_threads=2": {"tiny-model-sft"},  # a warm start's floats depend on the thread count
         "prepare.sft.lr=1e-3": {"tiny-model-sft"},
         "prepare.tiny_model.hidden_size=64": {"tiny-model", "tiny-model-sft"},
         "prepare.task_kwargs.max_operand=50": {"arithmetic-data", "tiny-model-sft"},
+        # The recipe pins the warm start (prepare.seed, prepare.sft.torch_threads): RL settings do not move it.
+        "trainer.seed=2": set(),
+        "trainer.torch_threads=2": set(),
     }
     for override, expected in changed.items():
         other = keys(override)
         assert {kind for kind in base if other[kind] != base[kind]} == expected, override
+    # Without prepare.seed the run's seed makes the tiny model and its warm start.
+    free = keys("prepare.seed=null")
+    assert keys("prepare.seed=null", "trainer.seed=2")["tiny-model"] != free["tiny-model"]
 
 
 def test_paths_the_user_gives_are_used_as_they_are(tmp_path):
@@ -91,7 +97,7 @@ def test_three_first_runs_at_once_build_each_artifact_once(tmp_path):
     assert len(built) == 3 and not [p for p in artifacts.iterdir() if p.name.startswith(".")]
     manifest = json.loads((Path(models.pop()) / "artifact.json").read_text())
     assert manifest["format"] == ARTIFACT_FORMAT and manifest["kind"] == "tiny-model-sft"
-    assert manifest["sft"]["total_training_steps"] == 5
+    assert manifest["sft"]["trainer"]["total_training_steps"] == 5
     # A later run with the same settings builds nothing.
     again = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=env)
     assert again.returncode == 0 and "[prepare] building" not in again.stdout + again.stderr

@@ -42,13 +42,14 @@ def test_default_recipe_values() -> None:
     assert cfg.data.truncation == "error"
     actor = cfg[ARR].actor
     assert actor.optim.lr == pytest.approx(2e-4)
-    assert actor.optim.lr_warmup_steps == 100
+    assert actor.optim.lr_warmup_steps == 300
     assert (actor.ppo_mini_batch_size, actor.ppo_epochs, actor.clip_ratio) == (16, 1, 0.2)
     assert actor.loss_agg_mode == "token-mean" and actor.use_kl_loss is False
     assert (cfg[ARR].rollout.name, cfg[ARR].rollout.n, cfg[ARR].rollout.temperature) == ("fast", 8, 1.0)
     assert cfg[ARR].model.share_prompts is True
     assert cfg.algorithm.adv_estimator == "grpo"
-    assert cfg.trainer.total_training_steps == 600 and cfg.trainer.test_freq == 100
+    assert cfg.trainer.total_training_steps == 1200 and cfg.trainer.test_freq == 100
+    assert cfg.prepare.seed == 1 and cfg.prepare.sft.torch_threads == 1  # one warm start for every run
     assert list(cfg.trainer.logger) == ["console", "jsonl"]
     assert cfg.trainer.experiment_name == "grpo-arithmetic"
     assert cfg.trainer.default_local_dir == "outputs/verl/grpo-arithmetic"  # interpolation resolved

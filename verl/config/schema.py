@@ -278,6 +278,9 @@ class PrepareConfig:
     """build the data files and the model the config leaves unset (data.train_files, model.path)"""
     cache_dir: str = "${oc.env:VERL_HOME,'~/.cache/verl'}"
     """where built artifacts are cached, each under a name keyed by the settings that determine it"""
+    seed: Optional[int] = None
+    """seed of the tiny model and of its warm start (initial weights, SFT data order); None = trainer.seed.
+    Set it to start every RL seed from the same warm start, as RL from a fixed checkpoint does"""
     task: Optional[str] = None
     """built-in task (e.g. arithmetic) whose train / test files fill data.train_files / val_files when unset"""
     task_kwargs: dict[str, Any] = field(default_factory=dict)

@@ -2,7 +2,7 @@
 
 This is what makes ``verl run`` work on a fresh machine with no downloads. Each artifact lives in a
 cache directory named after everything that determines it (:class:`Artifact`: the task settings, the
-model settings, the SFT settings, the seed, the thread count, the builders' format version), under
+model settings and seed, the whole SFT config but its paths, the builders' format version), under
 ``prepare.cache_dir`` (``$VERL_HOME``, default ``~/.cache/verl``). A changed setting builds a new
 artifact; the same settings reuse the cached one. Building holds a file lock on the artifact and
 writes under a unique temporary name that is renamed into place, so runs started together build
@@ -126,20 +126,19 @@ def plan_inputs(config: TrainerConfig) -> PreparePlan:
         data = Artifact(f"{prep.task}-data", {"task": prep.task, **_plain(prep.task_kwargs)}, cache_dir)
     init_model = sft_model = None
     if not str(config.actor_rollout_ref.model.path).strip() and prep.tiny_model:
-        seed = config.trainer.seed
+        seed = prep.seed if prep.seed is not None else config.trainer.seed
         init_model = Artifact("tiny-model", {"tiny_model": _plain(prep.tiny_model), "seed": seed}, cache_dir)
         if prep.sft:
+            data_key = data.key if data is not None else _files_digest(config.data.train_files)
+            sft_config = _sft_config(config, Path("<init>"), ["<data>"], Path("<out>"))
+            settings = OmegaConf.to_container(sft_config, resolve=True)
+            # Everything of the SFT config but its paths, which the keys of the inputs stand for.
+            settings["model"].pop("path")
+            settings["data"].pop("train_files")
+            settings["trainer"].pop("default_local_dir")
+            settings["trainer"].pop("logger")
             sft_model = Artifact(
-                "tiny-model-sft",
-                {
-                    "init": init_model.key,
-                    # the data artifact's key, or the content of the user's files
-                    "data": data.key if data is not None else _files_digest(config.data.train_files),
-                    "sft": _plain(prep.sft),
-                    "seed": seed,
-                    "torch_threads": config.trainer.torch_threads,
-                },
-                cache_dir,
+                "tiny-model-sft", {"init": init_model.key, "data": data_key, "sft": settings}, cache_dir
             )
     return PreparePlan(data, init_model, sft_model)
 
@@ -177,22 +176,30 @@ def _write_task(prep: Any, out: Path) -> None:
 def _write_tiny_model(config: TrainerConfig, out: Path) -> None:
     from verl.models import make_tiny_model
 
-    make_tiny_model(out, seed=config.trainer.seed, **_plain(config.prepare.tiny_model))
+    seed = config.prepare.seed if config.prepare.seed is not None else config.trainer.seed
+    make_tiny_model(out, seed=seed, **_plain(config.prepare.tiny_model))
 
 
 def _warm_start(config: TrainerConfig, init_path: Path, train_files: list[str], out: Path) -> None:
     """``verl sft`` of the initial model on the task's training file, written to ``out``."""
     from verl.trainer.sft_trainer import run_sft
 
+    run_sft(_sft_config(config, init_path, train_files, out))
+
+
+def _sft_config(config: TrainerConfig, init_path: Path, train_files: list[str], out: Path) -> Any:
+    """The warm start's SFT config: the sft recipe, the seed and thread count of this run (or
+    ``prepare.seed``), then ``prepare.sft`` (which may set its own, e.g. ``torch_threads``)."""
+    seed = config.prepare.seed if config.prepare.seed is not None else config.trainer.seed
     overrides = [
         f"model.path={init_path}",
         f"data.train_files={train_files}",
         f"trainer.default_local_dir={out}",
-        f"trainer.seed={config.trainer.seed}",
+        f"trainer.seed={seed}",
     ]
     if config.trainer.torch_threads:
         overrides.append(f"trainer.torch_threads={config.trainer.torch_threads}")
-    run_sft(load_config(None, overrides + sft_overrides(_plain(config.prepare.sft)), schema=SFTConfig))
+    return load_config(None, overrides + sft_overrides(_plain(config.prepare.sft)), schema=SFTConfig)
 
 
 def _check_set(config: TrainerConfig) -> None:
