@@ -41,7 +41,7 @@ def test_default_recipe_values() -> None:
     )
     assert cfg.data.truncation == "error"
     actor = cfg[ARR].actor
-    assert actor.optim.lr == pytest.approx(2e-4)
+    assert actor.optim.lr == pytest.approx(1e-4)
     assert actor.optim.lr_warmup_steps == 300
     assert (actor.ppo_mini_batch_size, actor.ppo_epochs, actor.clip_ratio) == (16, 1, 0.2)
     assert actor.loss_agg_mode == "token-mean" and actor.use_kl_loss is False
