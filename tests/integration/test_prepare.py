@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from verl.config import load_config
+from verl.config import ConfigError, load_config
 from verl.trainer.prepare import ARTIFACT_FORMAT, plan_inputs, prepare_inputs
 
 pytestmark = pytest.mark.slow
@@ -53,6 +53,11 @@ def test_each_setting_that_makes_an_artifact_is_in_its_key():
     assert keys("prepare.seed=null", "trainer.seed=2")["tiny-model"] != free["tiny-model"]
 
 
+def test_an_unknown_task_is_named_before_anything_is_built():
+    with pytest.raises(ConfigError, match="prepare.task='nope': unknown task; known tasks: arithmetic"):
+        keys("prepare.task=nope")
+
+
 def test_paths_the_user_gives_are_used_as_they_are(tmp_path):
     train = tmp_path / "mine.parquet"
     model = tmp_path / "my-model"
@@ -70,7 +75,7 @@ def test_paths_the_user_gives_are_used_as_they_are(tmp_path):
 
 def test_three_first_runs_at_once_build_each_artifact_once(tmp_path):
     script = (
-        "import sys; from verl.config import load_config; from verl.trainer.prepare import prepare_inputs\n"
+        "import sys; from verl.config import ConfigError, load_config; from verl.trainer.prepare import prepare_inputs\n"
         "cfg = prepare_inputs(load_config(None, sys.argv[1:]))\n"
         "print('MODEL', cfg.actor_rollout_ref.model.path)\n"
     )

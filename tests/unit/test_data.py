@@ -18,7 +18,6 @@ from verl.data import (
     collate_sft,
     iterate_batches,
     make_arithmetic_rows,
-    prepare_task,
     read_files,
     read_rows,
     write_arithmetic_dataset,
@@ -104,24 +103,13 @@ def test_arithmetic_row_schema():
     )
 
 
-def test_write_and_prepare_task(tmp_path, arith_files):
+def test_write_task(tmp_path, arith_files):
     train_path, test_path = arith_files
     assert train_path.name == "train.parquet" and test_path.name == "test.parquet"
     train, test = make_arithmetic_rows(max_operand=6, holdout_frac=0.3, seed=1)
     assert read_rows(train_path) == train and read_rows(test_path) == test
     assert not [p for p in train_path.parent.iterdir() if p.name.startswith(".")]  # no temp files left
 
-    t, v = prepare_task(
-        "arithmetic", tmp_path / "a" / "train.parquet", tmp_path / "b" / "val.jsonl", max_operand=3
-    )
-    assert t.exists() and v.exists()
-    assert read_rows(v) == make_arithmetic_rows(max_operand=3)[1]
-    mtime = t.stat().st_mtime_ns
-    prepare_task("arithmetic", t, v, max_operand=3)
-    assert t.stat().st_mtime_ns == mtime  # existing files are not rewritten
-    assert not [p for p in (tmp_path / "a").iterdir() if p.name.startswith(".")]
-    with pytest.raises(ValueError, match="arithmetic"):
-        prepare_task("nope", tmp_path / "x.parquet", tmp_path / "y.parquet")
     assert "arithmetic" in TASKS
 
 

@@ -4,7 +4,7 @@ from verl.data.io import BAD_ROW_POLICIES, BadRows, DatasetError, read_files, re
 from verl.data.rl_dataset import RLDataset, collate_rl, normalize_messages, render_prompt, truncate_ids
 from verl.data.sampler import EpochSampler, iterate_batches
 from verl.data.sft_dataset import SFTDataset, collate_sft
-from verl.data.tasks import TASKS, make_arithmetic_rows, prepare_task, write_arithmetic_dataset
+from verl.data.tasks import TASKS, make_arithmetic_rows, write_arithmetic_dataset
 
 __all__ = [
     "BAD_ROW_POLICIES",
@@ -19,7 +19,6 @@ __all__ = [
     "iterate_batches",
     "make_arithmetic_rows",
     "normalize_messages",
-    "prepare_task",
     "read_files",
     "read_rows",
     "render_prompt",

@@ -86,6 +86,13 @@ def _check_outputs(world_size: int, outputs: Sequence[Any]) -> None:
         raise DispatchError(f"expected {world_size} outputs (one per worker), got {len(outputs)}")
 
 
+def _check_output_types(outputs: Sequence[Any], expected: type, requirement: str) -> None:
+    """Every rank's output is an ``expected``; the error says the mode's ``requirement`` and the culprit."""
+    for rank, output in enumerate(outputs):
+        if not isinstance(output, expected):
+            raise DispatchError(f"{requirement}; rank {rank} returned {type(output).__name__}")
+
+
 # ---------------------------------------------------------------- ONE_TO_ALL
 
 
@@ -165,12 +172,7 @@ def collect_dp_compute_proto(world_size: int, outputs: Sequence[Any], pad_size: 
     that changes its row count would make the trailing rows removed here not be the padding.
     """
     _check_outputs(world_size, outputs)
-    for rank, output in enumerate(outputs):
-        if not isinstance(output, DataProto):
-            raise DispatchError(
-                f"DP_COMPUTE_PROTO needs every worker to return a DataProto; rank {rank} returned "
-                f"{type(output).__name__}"
-            )
+    _check_output_types(outputs, DataProto, "DP_COMPUTE_PROTO needs every worker to return a DataProto")
     try:
         merged = DataProto.concat(list(outputs))
         return unpad_dataproto(merged, pad_size)
@@ -182,12 +184,7 @@ def collect_rank0_metrics(world_size: int, outputs: Sequence[Any], pad_size: int
     """Rank 0's metrics dict: the ranks of a data-parallel update all-reduce their metrics, so any rank's
     dict is the global one."""
     _check_outputs(world_size, outputs)
-    for rank, output in enumerate(outputs):
-        if not isinstance(output, dict):
-            raise DispatchError(
-                f"DP_COMPUTE_METRICS needs every worker to return a dict of metrics; rank {rank} returned "
-                f"{type(output).__name__}"
-            )
+    _check_output_types(outputs, dict, "DP_COMPUTE_METRICS needs every worker to return a dict of metrics")
     return outputs[0]
 
 

@@ -123,11 +123,12 @@ def plan_inputs(config: TrainerConfig) -> PreparePlan:
     cache_dir = Path(prep.cache_dir).expanduser()
     data = None
     if config.data.train_files is None and prep.task:
+        _check_task(prep.task)
         data = Artifact(f"{prep.task}-data", {"task": prep.task, **_plain(prep.task_kwargs)}, cache_dir)
     init_model = sft_model = None
     if not str(config.actor_rollout_ref.model.path).strip() and prep.tiny_model:
-        seed = prep.seed if prep.seed is not None else config.trainer.seed
-        init_model = Artifact("tiny-model", {"tiny_model": _plain(prep.tiny_model), "seed": seed}, cache_dir)
+        settings = {"tiny_model": _plain(prep.tiny_model), "seed": _warm_start_seed(config)}
+        init_model = Artifact("tiny-model", settings, cache_dir)
         if prep.sft:
             data_key = data.key if data is not None else _files_digest(config.data.train_files)
             sft_config = _sft_config(config, Path("<init>"), ["<data>"], Path("<out>"))
@@ -163,21 +164,28 @@ def prepare_inputs(config: TrainerConfig, log: Callable[[str], None] = print) ->
     return resolved
 
 
+def _check_task(task: str) -> None:
+    from verl.data.tasks import TASKS
+
+    if task not in TASKS:
+        raise ConfigError(f"prepare.task={task!r}: unknown task; known tasks: {', '.join(sorted(TASKS))}")
+
+
 def _write_task(prep: Any, out: Path) -> None:
     from verl.data.tasks import TASKS
 
-    if prep.task not in TASKS:
-        raise ConfigError(
-            f"prepare.task={prep.task!r}: unknown task; known tasks: {', '.join(sorted(TASKS))}"
-        )
     TASKS[prep.task](out, **_plain(prep.task_kwargs))
+
+
+def _warm_start_seed(config: TrainerConfig) -> int:
+    """Seed of the tiny model and its warm start: ``prepare.seed``, else the run's ``trainer.seed``."""
+    return config.prepare.seed if config.prepare.seed is not None else config.trainer.seed
 
 
 def _write_tiny_model(config: TrainerConfig, out: Path) -> None:
     from verl.models import make_tiny_model
 
-    seed = config.prepare.seed if config.prepare.seed is not None else config.trainer.seed
-    make_tiny_model(out, seed=seed, **_plain(config.prepare.tiny_model))
+    make_tiny_model(out, seed=_warm_start_seed(config), **_plain(config.prepare.tiny_model))
 
 
 def _warm_start(config: TrainerConfig, init_path: Path, train_files: list[str], out: Path) -> None:
@@ -190,12 +198,11 @@ def _warm_start(config: TrainerConfig, init_path: Path, train_files: list[str], 
 def _sft_config(config: TrainerConfig, init_path: Path, train_files: list[str], out: Path) -> Any:
     """The warm start's SFT config: the sft recipe, the seed and thread count of this run (or
     ``prepare.seed``), then ``prepare.sft`` (which may set its own, e.g. ``torch_threads``)."""
-    seed = config.prepare.seed if config.prepare.seed is not None else config.trainer.seed
     overrides = [
         f"model.path={init_path}",
         f"data.train_files={train_files}",
         f"trainer.default_local_dir={out}",
-        f"trainer.seed={seed}",
+        f"trainer.seed={_warm_start_seed(config)}",
     ]
     if config.trainer.torch_threads:
         overrides.append(f"trainer.torch_threads={config.trainer.torch_threads}")
