@@ -117,9 +117,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
 
 
+def _add_debug(parser: argparse.ArgumentParser, default: object = argparse.SUPPRESS) -> None:
+    # SUPPRESS on the subcommands: their default would otherwise undo `verl --debug run ...`.
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=default,
+        help="show the Python traceback of user errors too (same as VERL_DEBUG=1)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="verl", description=__doc__)
     parser.add_argument("--version", action="version", version=f"verl {verl.__version__}")
+    _add_debug(parser, default=False)
     sub = parser.add_subparsers(dest="command")
 
     run = sub.add_parser("run", help="RL training (default: GRPO on the arithmetic task with a tiny model)")
@@ -151,11 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "overrides", nargs="*", help="key=value config overrides, e.g. actor_rollout_ref.rollout.n=4"
     )
+    _add_debug(run)
     run.set_defaults(func=cmd_run)
 
     sft = sub.add_parser("sft", help="supervised fine-tuning on prompt/answer pairs")
     sft.add_argument("--config", default=None, help="recipe name (sft) or path to a YAML file")
     sft.add_argument("overrides", nargs="*", help="key=value config overrides")
+    _add_debug(sft)
     sft.set_defaults(func=cmd_sft)
     export = sub.add_parser("export", help="write a checkpoint's model as a HuggingFace directory")
     export.add_argument(
@@ -165,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--part", default="actor", choices=["actor", "critic"], help="which model (default: actor)"
     )
+    _add_debug(export)
     export.set_defaults(func=cmd_export)
     bench = sub.add_parser(
         "bench", help="rollout / training / GRPO-step speed and peak memory on this machine (see benchmarks/)"
@@ -198,11 +212,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="rows per forward pass in the GRPO step (default: the recipe's, the whole batch)",
     )
+    _add_debug(bench)
     bench.set_defaults(func=cmd_bench)
     return parser
 
 
+def _debug(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "debug", False)) or os.environ.get("VERL_DEBUG", "") not in ("", "0")
+
+
+ERROR_LABELS = {2: "config error", 3: "input error", 4: "run directory error"}
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run a subcommand; a user error prints one line and returns its exit code (see :mod:`verl.errors`)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
@@ -210,18 +233,29 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     _quiet_libraries()
-    from verl.config import ConfigError
+    from verl.errors import UserError
     from verl.single_controller.flow import StepError
 
     try:
         return args.func(args)
-    except ConfigError as e:
-        print(f"config error: {e}", file=sys.stderr)
-        return 2
+    except UserError as e:
+        if _debug(args):
+            raise
+        print(f"{ERROR_LABELS.get(e.exit_code, 'error')}: {e}", file=sys.stderr)
+        return e.exit_code
     except StepError as e:
+        if _debug(args):
+            raise
         # The message names the step, the role, the rank and the cause; the worker's stack trace is in the log.
         print(f"run failed: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        if _debug(args):
+            raise
+        print(
+            "interrupted: the last complete checkpoint (if any) is intact; rerun to resume", file=sys.stderr
+        )
+        return 130
 
 
 if __name__ == "__main__":

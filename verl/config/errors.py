@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from verl.errors import UserError
 
-class ConfigError(ValueError):
+
+class ConfigError(UserError, ValueError):
     """A config problem: unknown key, wrong type, bad value, missing recipe or malformed override."""
+
+    exit_code = 2
 
 
 def short_repr(value: Any, limit: int = 80) -> str:

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from verl.errors import InputError
+
 logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike
@@ -27,7 +29,7 @@ MISSING = object()
 """What :func:`get_dotted` returns for an absent field (``None`` can be a real value)."""
 
 
-class DatasetError(ValueError):
+class DatasetError(InputError):
     """A dataset file or row is missing, malformed, or does not fit the configured limits."""
 
 

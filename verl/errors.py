@@ -1,0 +1,39 @@
+"""The errors a user can cause, and the exit code the ``verl`` command gives each.
+
+Anything derived from :class:`UserError` is the user's to fix (a config value, a data file, a model
+directory, a run directory in use): the command prints its message on one line and exits with its
+``exit_code``, without a Python traceback (``--debug`` or ``VERL_DEBUG=1`` shows one). Any other
+exception is a bug in verl or a library, and keeps its traceback.
+
+Exit codes of ``verl run`` / ``verl sft`` / ``verl export``:
+
+====  ==========================================================================
+0     success
+1     the run failed while training (a worker, the reward function, a step)
+2     config error: unknown key, wrong type, value out of range (:class:`verl.config.ConfigError`)
+3     input error: a data file, dataset row, model or checkpoint path (:class:`InputError`)
+4     run directory error: in use by another run, holds another run, or a resume that would
+      change the run's meaning (:class:`RunDirError`)
+130   interrupted (Ctrl-C / SIGINT); the last complete checkpoint is intact
+====  ==========================================================================
+"""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """A problem with what the user gave; the message says what and where, and how to fix it."""
+
+    exit_code = 1
+
+
+class InputError(UserError, ValueError):
+    """A data file, dataset row, model directory or checkpoint the user named is missing or malformed."""
+
+    exit_code = 3
+
+
+class RunDirError(UserError):
+    """The run directory is locked by another run, holds another run's files, or would be misused."""
+
+    exit_code = 4
