@@ -21,14 +21,29 @@ def _quiet_libraries() -> None:
     hf_logging.disable_progress_bar()
 
 
-def _acc(metrics: dict) -> dict[str, float]:
-    return {k: v for k, v in metrics.items() if "/acc/" in k}
+def _headline(metrics: dict) -> dict[str, float]:
+    """The validation metrics worth a line at the end: accuracy where the scorer reports one (``acc``),
+    else the mean reward (a custom reward's scale is its own, so it is never shown as a percentage)."""
+    core = {k: v for k, v in metrics.items() if k.startswith("val-core/")}
+    acc = {k: v for k, v in core.items() if "/acc/" in k}
+    return acc or {k: v for k, v in core.items() if "/reward/" in k}
+
+
+def _headline_line(key: str, before: float | None, after: float | None) -> str:
+    as_percent = "/acc/" in key
+    fmt = (lambda v: f"{v:.1%}") if as_percent else (lambda v: f"{v:.4g}")
+    line = f"held-out {key}: " + (f"before RL {fmt(before)}" if before is not None else "before RL n/a")
+    line += f" -> after RL {fmt(after)}" if after is not None else ""
+    if as_percent and after is not None and before is not None:
+        line += f" ({(after - before) * 100:+.1f} points)"
+    return line
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from verl.config import load_config, to_yaml
     from verl.trainer.prepare import plan_inputs, prepare_inputs, resolve_inputs
     from verl.trainer.rl_trainer import RLTrainer
+    from verl.trainer.run_dir import check_run_directory
 
     overrides = list(args.overrides)
     if args.controller:
@@ -43,22 +58,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         for artifact in plan_inputs(config).artifacts():
             print(f"# prepare: {artifact.describe()}")
         return 0
+    # Refuse a locked or occupied run directory before minutes of building data and models.
+    check_run_directory(resolve_inputs(config))
     start = time.perf_counter()
     trainer = RLTrainer(prepare_inputs(config))
     try:
         summary = trainer.fit()
     finally:
         trainer.shutdown()
-    before, after = _acc(summary["val_before"]), _acc(summary["val_after"])
+    before, after = _headline(summary["val_before"]), _headline(summary["val_after"])
     print(f"\nmetrics: {summary['metrics_path']}")
     for key in sorted(set(before) | set(after)):
-        b, a = before.get(key), after.get(key)
-        line = f"held-out {key}: "
-        line += f"before RL {b:.1%}" if b is not None else "before RL n/a"
-        line += f" -> after RL {a:.1%}" if a is not None else ""
-        if a is not None and b is not None:
-            line += f" ({(a - b) * 100:+.1f} points)"
-        print(line)
+        print(_headline_line(key, before.get(key), after.get(key)))
     if summary.get("trace_path"):
         print(f"trace: {summary['trace_path']}")
     print(f"wall time: {time.perf_counter() - start:.0f}s")
@@ -81,7 +92,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from verl.trainer.checkpointing import export_hf
 
-    out = export_hf(args.checkpoint, args.out_dir, part=args.part)
+    out = export_hf(args.checkpoint, args.out_dir, part=args.part, overwrite=args.overwrite)
     print(f"HuggingFace model written to {out}")
     return 0
 
@@ -177,6 +188,11 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("out_dir", help="where to write the HuggingFace model")
     export.add_argument(
         "--part", default="actor", choices=["actor", "critic"], help="which model (default: actor)"
+    )
+    export.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into a non-empty out_dir, replacing the model's files there (other files are kept)",
     )
     _add_debug(export)
     export.set_defaults(func=cmd_export)

@@ -215,7 +215,11 @@ class TrainerSection:
     config (layout: verl.utils.checkpoint); `verl export` turns it into a HuggingFace directory"""
     resume_mode: str = "auto"
     """auto (resume from the latest checkpoint in default_local_dir, if any) | disable | a checkpoint path
-    (a global_step_<N> directory)"""
+    (a global_step_<N> directory). A resume that would change what the run learns (algorithm, model, data,
+    batch sizes, loss, optimizer) is refused; see verl.trainer.resume_check"""
+    on_existing_run: str = "refuse"
+    """a run that does not resume, into a default_local_dir holding another run's checkpoints or metrics:
+    refuse (stop with an error) | move_aside (move those files to <dir>.moved-<time>; nothing is deleted)"""
     max_actor_ckpt_to_keep: Optional[int] = None
     """keep at most this many checkpoints (oldest removed first); None = keep all"""
     max_critic_ckpt_to_keep: Optional[int] = None

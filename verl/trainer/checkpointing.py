@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -22,6 +24,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
+from verl.errors import InputError
 from verl.single_controller.base import WorkerGroup
 from verl.utils.checkpoint import (
     atomic_torch_save,
@@ -29,8 +32,8 @@ from verl.utils.checkpoint import (
     finalize_checkpoint,
     latest_checkpoint,
     prune_checkpoints,
-    remove_unfinished,
     tmp_step_dir,
+    write_checkpoint_info,
 )
 
 logger = logging.getLogger(__name__)
@@ -45,14 +48,15 @@ and before it is renamed into place, the worst moment for a crash."""
 
 class Checkpointer:
     """Writes checkpoints of a run's trained worker groups plus the driver's state, and finds the one to
-    resume from. It is given what it saves: the config and the worker groups by role name."""
+    resume from. It is given what it saves: the config and the worker groups by role name, and the id of
+    the run (:mod:`verl.trainer.run_dir`), which every checkpoint records and retention respects."""
 
-    def __init__(self, config: Any, groups: Mapping[str, WorkerGroup]) -> None:
+    def __init__(self, config: Any, groups: Mapping[str, WorkerGroup], run_id: str) -> None:
         cfg = config.trainer
         self.config = config
         self.groups = {role: groups[role] for role in TRAINED_ROLES if role in groups}
         self.root = Path(cfg.default_local_dir).expanduser()
-        self.resume_mode = str(cfg.resume_mode)
+        self.run_id = run_id
         self.background = bool(cfg.async_save)
         caps = [c for c in (cfg.max_actor_ckpt_to_keep, cfg.max_critic_ckpt_to_keep) if c]
         # A checkpoint directory holds both roles, so it stays while either cap still wants it.
@@ -66,9 +70,6 @@ class Checkpointer:
         """Checkpoint the run as it stands after ``step`` (blocking unless ``trainer.async_save``);
         ``driver_state`` is what the trainer adds (sampler position, RNG, ...), saved as trainer_state.pt."""
         self.wait()
-        removed = remove_unfinished(self.root)
-        if removed:
-            logger.warning("removed unfinished checkpoint(s) left by an earlier crash: %s", removed)
         tmp = tmp_step_dir(self.root, step)
         parts = []
         for role, group in self.groups.items():
@@ -89,10 +90,11 @@ class Checkpointer:
         try:
             while not all(p.exists() for p in parts):  # the workers' background writers
                 time.sleep(0.01)
+            write_checkpoint_info(tmp_step_dir(self.root, step), self.run_id, step)
             if os.environ.get(CRASH_ENV) == str(step):
                 os.kill(os.getpid(), signal.SIGKILL)
             finalize_checkpoint(self.root, step)
-            prune_checkpoints(self.root, self.keep)
+            prune_checkpoints(self.root, self.keep, self.run_id, step)
         except BaseException as error:  # surfaced by wait(), in the training thread
             self.error = error
 
@@ -107,82 +109,89 @@ class Checkpointer:
 
     # ------------------------------------------------------------------ resuming
 
-    def find_resume_point(self) -> Path | None:
-        """``trainer.resume_mode``: auto (the latest checkpoint, if any), disable, or a checkpoint path."""
-        mode = self.resume_mode
-        if mode == "disable":
-            return None
-        if mode == "auto":
-            return latest_checkpoint(self.root)
-        path = Path(mode).expanduser()
-        if not (path / "trainer_state.pt").is_file():
-            raise FileNotFoundError(
-                f"trainer.resume_mode={mode}: not a checkpoint (no trainer_state.pt); expected a "
-                f"global_step_<N> directory, e.g. {self.root}/global_step_100"
-            )
-        return path
-
-    def resume(self) -> dict[str, Any] | None:
-        """Restore the worker groups from the resume point and return the driver state saved with it
-        (None: nothing to resume). The caller restores its own state from it, the RNG last."""
-        path = self.find_resume_point()
-        if path is None:
-            return None
+    def resume(self, path: Path) -> dict[str, Any]:
+        """Restore the worker groups from checkpoint ``path`` and return the driver state saved with it.
+        The caller restores its own state from it, the RNG last."""
         state = torch.load(path / "trainer_state.pt", weights_only=False)
         for role, group in self.groups.items():
             subdir = TRAINED_ROLES[role]
             if not (path / subdir).is_dir():
-                raise FileNotFoundError(
-                    f"checkpoint {path} has no {subdir}/ part, which this run's {role} needs"
-                )
+                raise InputError(f"checkpoint {path} has no {subdir}/ part, which this run's {role} needs")
             group.load_checkpoint(str(path / subdir))
         logger.info("resumed from %s (step %d)", path, state["global_step"])
         return state
 
 
-def drop_metrics_after(metrics_path: Path, step: int) -> None:
-    """Forget metrics of steps after ``step``: a killed run logged them after its last checkpoint, and
-    the resumed run logs those steps again."""
+def drop_metrics_after(metrics_path: Path, step: int) -> Path | None:
+    """Set aside metrics of steps after ``step``: a killed run logged them after its last checkpoint, and
+    the resumed run logs those steps again. They move to ``metrics.after_step_<step>.<time>.jsonl`` (returned)."""
     if not metrics_path.is_file():
-        return
+        return None
     import json
 
-    kept = [
-        line
-        for line in metrics_path.read_text().splitlines()
-        if line and json.loads(line).get("step", 0) <= step
-    ]
+    kept, dropped = [], []
+    for line in metrics_path.read_text().splitlines():
+        if line:
+            (kept if json.loads(line).get("step", 0) <= step else dropped).append(line)
+    if not dropped:
+        return None
+    aside = metrics_path.with_name(f"metrics.after_step_{step}.{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
+    atomic_write_bytes(aside, "".join(f"{line}\n" for line in dropped).encode())
     atomic_write_bytes(metrics_path, "".join(f"{line}\n" for line in kept).encode())
+    return aside
 
 
-def export_hf(checkpoint: str | Path, out_dir: str | Path, part: str = "actor") -> Path:
+def export_hf(
+    checkpoint: str | Path, out_dir: str | Path, part: str = "actor", overwrite: bool = False
+) -> Path:
     """Write a checkpoint's policy (``part="critic"``: the value model) as a HuggingFace directory.
 
     ``checkpoint`` is a ``global_step_<N>`` directory, or a run directory (its latest checkpoint).
     The result loads with ``AutoModelForCausalLM.from_pretrained`` (or AutoModelForTokenClassification).
+    A non-empty ``out_dir`` is refused unless ``overwrite``; then only the files the export writes are
+    replaced, and any other file there stays (the model is written to a temporary sibling first, so an
+    interrupted export leaves ``out_dir`` as it was).
     """
     from safetensors.torch import load_model
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
     path = Path(checkpoint).expanduser()
+    if not path.exists():
+        raise InputError(f"checkpoint {path} does not exist")
     if not (path / "trainer_state.pt").is_file():
-        latest = latest_checkpoint(path)
+        try:
+            latest = latest_checkpoint(path)
+        except (ValueError, FileNotFoundError) as e:
+            raise InputError(f"{path}: {e}") from None
         if latest is None:
-            raise FileNotFoundError(
-                f"{path} is neither a checkpoint (global_step_<N>) nor a run directory with one"
-            )
+            raise InputError(f"{path} is neither a checkpoint (global_step_<N>) nor a run directory with one")
         path = latest
     source = path / part
     if not (source / "model.safetensors").is_file():
-        raise FileNotFoundError(
-            f"{source} has no model.safetensors: is {path} a complete checkpoint with a {part}?"
+        raise InputError(f"{source} has no model.safetensors: is {path} a complete checkpoint with a {part}?")
+    out = Path(out_dir).expanduser()
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out} is a file; give a directory to write the model to")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        names = sorted(p.name for p in out.iterdir())
+        shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        raise InputError(
+            f"{out} is not empty ({shown}); give a new directory, or --overwrite to replace the model "
+            "files there (other files are kept)"
         )
     config = AutoConfig.from_pretrained(source / "huggingface")
     model_cls = AutoModelForCausalLM if part == "actor" else AutoModelForTokenClassification
     model = model_cls.from_config(config)
     load_model(model, str(source / "model.safetensors"))
-    out = Path(out_dir).expanduser()
-    model.save_pretrained(out)
-    if (source / "huggingface" / "tokenizer_config.json").is_file():
-        AutoTokenizer.from_pretrained(source / "huggingface").save_pretrained(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
+    try:
+        model.save_pretrained(staging)
+        if (source / "huggingface" / "tokenizer_config.json").is_file():
+            AutoTokenizer.from_pretrained(source / "huggingface").save_pretrained(staging)
+        out.mkdir(exist_ok=True)
+        for item in staging.iterdir():
+            os.replace(item, out / item.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return out

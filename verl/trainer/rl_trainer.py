@@ -29,6 +29,7 @@ from verl.trainer.checkpointing import Checkpointer, drop_metrics_after
 from verl.trainer.controllers import load_controller_class, load_step_function
 from verl.trainer.metrics import compute_data_metrics, compute_throughput_metrics, compute_validation_metrics
 from verl.trainer.plan import StepPlan
+from verl.trainer.run_dir import RunDirectory, RunPlan
 from verl.trainer.seed_api import apply_seed_arguments
 from verl.trainer.step import StepFn
 from verl.utils.checkpoint import rng_state, set_rng_state
@@ -175,12 +176,24 @@ class RLTrainer:
 
     def fit(self) -> dict[str, Any]:
         """Train for ``total_training_steps`` (resuming per ``trainer.resume_mode``); returns the
-        validation metrics before and after."""
+        validation metrics before and after. The run directory is locked for the whole run
+        (:mod:`verl.trainer.run_dir`)."""
+        run_dir = RunDirectory(self.config.trainer.default_local_dir)
+        run = run_dir.claim(self.config)
+        try:
+            return self._fit(run)
+        finally:
+            run_dir.release()
+
+    def _fit(self, run: RunPlan) -> dict[str, Any]:
         cfg = self.config.trainer
-        self.checkpointer = Checkpointer(self.config, self.controller.groups)
-        start_step = self._resume()
+        self.checkpointer = Checkpointer(self.config, self.controller.groups, run.run_id)
+        start_step = self._resume(run.resume_from) if run.resume_from is not None else 0
+        set_aside = None
         if start_step:
-            drop_metrics_after(Path(cfg.default_local_dir).expanduser() / "metrics.jsonl", start_step)
+            set_aside = drop_metrics_after(
+                Path(cfg.default_local_dir).expanduser() / "metrics.jsonl", start_step
+            )
         tracking = Tracking(
             list(cfg.logger),
             cfg.default_local_dir,
@@ -198,7 +211,11 @@ class RLTrainer:
             "metrics_path": str(tracking.metrics_path),
         }
         if start_step:
-            tracking.write(f"resumed after step {start_step}")
+            tracking.write(f"resumed after step {start_step} from {run.resume_from}")
+            for change in run.config_changes:
+                tracking.write(f"  changed on resume: {change}")
+            if set_aside is not None:
+                tracking.write(f"  metrics logged after that checkpoint moved to {set_aside}")
         try:
             if cfg.val_before_train and self.val_dataset is not None and not start_step:
                 summary["val_before"] = self.validate()
@@ -263,11 +280,9 @@ class RLTrainer:
             "restarts": dict(self.controller.restarts),
         }
 
-    def _resume(self) -> int:
-        """Restore the workers and the driver state from the resume point; the step it had finished (0 = fresh)."""
-        state = self.checkpointer.resume()
-        if state is None:
-            return 0
+    def _resume(self, checkpoint: Path) -> int:
+        """Restore the workers and the driver state from ``checkpoint``; the step it had finished."""
+        state = self.checkpointer.resume(checkpoint)
         self.sampler.load_state_dict(state["sampler"])
         if self.plan.kl_ctrl is not None and state["kl_ctrl"] is not None:
             vars(self.plan.kl_ctrl).update(state["kl_ctrl"])

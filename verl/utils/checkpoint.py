@@ -6,6 +6,7 @@ Layout of ``<default_local_dir>``::
     global_step_<N>/
         trainer_state.pt                  step, sampler position, driver RNG, KL controller
         config.yaml                       the run's resolved config
+        checkpoint.json                   the id of the run that wrote it, the step, when
         actor/  critic/                   written by the role's workers:
             model.safetensors             weights (rank 0)
             optim.pt                      optimizer + LR schedule (rank 0)
@@ -19,10 +20,12 @@ the previous checkpoint whole and the marker pointing at it.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,7 @@ import torch
 LATEST = "latest_checkpointed_iteration.txt"
 PREFIX = "global_step_"
 TMP_SUFFIX = ".tmp"
+CHECKPOINT_INFO = "checkpoint.json"
 
 
 def step_dir(root: str | Path, step: int) -> Path:
@@ -66,11 +70,24 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def write_checkpoint_info(checkpoint: Path, run_id: str, step: int) -> None:
+    """Record which run wrote a checkpoint: retention only ever deletes the current run's own."""
+    info = {"run_id": run_id, "step": step, "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    atomic_write_bytes(checkpoint / CHECKPOINT_INFO, (json.dumps(info) + "\n").encode())
+
+
+def read_run_id(checkpoint: Path) -> str | None:
+    """The id of the run that wrote ``checkpoint`` (None: written before checkpoints recorded it)."""
+    path = Path(checkpoint) / CHECKPOINT_INFO
+    return json.loads(path.read_text()).get("run_id") if path.is_file() else None
+
+
 def finalize_checkpoint(root: str | Path, step: int) -> Path:
     """Rename the assembled ``global_step_<step>.tmp`` into place, then point the marker at it."""
     final, tmp = step_dir(root, step), tmp_step_dir(root, step)
-    if final.exists():  # a re-save of the same step (e.g. after a resume): replace it whole
-        shutil.rmtree(final)
+    if final.exists():
+        # The run directory's rules (verl.trainer.run_dir) never let a run reach a step that is on disk.
+        raise FileExistsError(f"{final} exists already; a checkpoint is never written over another")
     os.replace(tmp, final)
     atomic_write_bytes(Path(root).expanduser() / LATEST, f"{step}\n".encode())
     return final
@@ -90,24 +107,17 @@ def latest_checkpoint(root: str | Path) -> Path | None:
     return path
 
 
-def remove_unfinished(root: str | Path) -> list[Path]:
-    """Delete checkpoints a crash left half-written (``*.tmp`` directories); returns what was removed."""
-    root = Path(root).expanduser()
-    stale = sorted(root.glob(f"{PREFIX}*{TMP_SUFFIX}")) if root.is_dir() else []
-    for path in stale:
-        shutil.rmtree(path, ignore_errors=True)
-    return stale
-
-
-def prune_checkpoints(root: str | Path, keep: int | None) -> list[Path]:
-    """Keep the ``keep`` newest complete checkpoints (None or <= 0: keep all); returns the removed ones."""
+def prune_checkpoints(root: str | Path, keep: int | None, run_id: str, current: int) -> list[Path]:
+    """Keep the ``keep`` newest checkpoints of run ``run_id`` up to step ``current`` (None or <= 0: keep
+    all); returns the removed ones. Another run's checkpoints, and any after ``current``, are never touched."""
     if not keep or keep <= 0:
         return []
     root = Path(root).expanduser()
     steps = sorted(
         int(p.name[len(PREFIX) :]) for p in root.glob(f"{PREFIX}*") if p.name[len(PREFIX) :].isdigit()
     )
-    removed = [step_dir(root, s) for s in steps[:-keep]]
+    ours = [s for s in steps if s <= current and read_run_id(step_dir(root, s)) == run_id]
+    removed = [step_dir(root, s) for s in ours[:-keep]]
     for path in removed:
         shutil.rmtree(path, ignore_errors=True)
     return removed

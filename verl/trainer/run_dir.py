@@ -1,0 +1,269 @@
+"""Who owns a run directory (``trainer.default_local_dir``), and what a new run may do with one that has files.
+
+A run directory belongs to one run at a time and to one run's history:
+
+- **One writer.** The run holds an exclusive lock on ``<dir>/.verl-run.lock`` (``fcntl.flock``: the OS
+  drops it when the process dies, so a crash never leaves a stale lock). A second run into the same
+  directory is refused with the holder's pid and host.
+- **One run's files.** A run that does not resume (``trainer.resume_mode=disable``, or ``auto`` with no
+  checkpoint) into a directory holding another run's checkpoints or metrics is refused, unless
+  ``trainer.on_existing_run=move_aside``: the old files are then moved to a sibling directory
+  ``<dir>.moved-<time>``; nothing is deleted. Resuming from an explicit checkpoint inside the
+  directory is refused when later checkpoints of the same directory would be overwritten.
+- **Its own checkpoints only.** Every checkpoint records the id of the run that wrote it
+  (``checkpoint.json``); retention (``max_actor_ckpt_to_keep``) deletes only older checkpoints of the
+  current run. A resumed run keeps the id of the run it continues.
+- **The same meaning on resume.** The checkpoint's ``config.yaml`` is compared with the new config
+  (:mod:`verl.trainer.resume_check`): a change that alters the run is refused, one that only alters how
+  it is run or logged is applied and reported.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from verl.errors import InputError, RunDirError
+from verl.trainer.resume_check import check_resume_config
+from verl.utils.checkpoint import (
+    LATEST,
+    PREFIX,
+    TMP_SUFFIX,
+    atomic_write_bytes,
+    latest_checkpoint,
+    read_run_id,
+)
+
+logger = logging.getLogger(__name__)
+
+LOCK_FILE = ".verl-run.lock"
+RUN_FILE = "run.json"
+"""The run id, when and where the run started; written when a run starts in an empty directory."""
+RUN_FILES = ("metrics.jsonl", LATEST, "tensorboard")
+"""What a run leaves in its directory besides its checkpoints that is worth refusing a new run over
+(``run.json`` and ``trace.html`` alone are not: without these, there is nothing of the run to lose)."""
+MOVED_ALONG = (RUN_FILE, "trace.html")
+ON_EXISTING_RUN = ("refuse", "move_aside")
+
+
+@dataclass
+class RunPlan:
+    """What a run will do with its directory, decided before anything is written."""
+
+    root: Path
+    resume_from: Path | None = None
+    """the checkpoint to resume from (None: a fresh run)"""
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    """the id written into every checkpoint; a resumed run keeps the one it continues"""
+    move_aside: list[Path] = field(default_factory=list)
+    """an earlier run's files, to move to a sibling directory before the run starts"""
+    config_changes: list[str] = field(default_factory=list)
+    """keys a resumed run changes that it may change (``key: saved -> new``), for the log"""
+
+
+def earlier_run_files(root: Path) -> list[Path]:
+    """An earlier run's checkpoints (complete or not) and files in ``root``."""
+    if not root.is_dir():
+        return []
+    found = [p for p in sorted(root.iterdir()) if p.name.startswith(PREFIX) or p.name in RUN_FILES]
+    # An empty metrics file (a run stopped before its first step) is not worth refusing over, but is kept.
+    return [p for p in found if not (p.name == "metrics.jsonl" and p.stat().st_size == 0)]
+
+
+def _describe(files: list[Path]) -> str:
+    steps = sorted(
+        int(p.name[len(PREFIX) :]) for p in files if p.is_dir() and p.name[len(PREFIX) :].isdigit()
+    )
+    parts = [f"checkpoints of steps {', '.join(map(str, steps))}"] if steps else []
+    parts += [p.name for p in files if not p.name.startswith(PREFIX)]
+    return ", ".join(parts) or ", ".join(p.name for p in files)
+
+
+def _steps_in(root: Path) -> list[int]:
+    if not root.is_dir():
+        return []
+    return sorted(
+        int(p.name[len(PREFIX) :]) for p in root.glob(f"{PREFIX}*") if p.name[len(PREFIX) :].isdigit()
+    )
+
+
+def plan_run(config: Any) -> RunPlan:
+    """Decide whether the run of ``config`` resumes, starts fresh, or is refused; changes nothing on disk."""
+    plan = _plan_directory(
+        Path(config.trainer.default_local_dir).expanduser(),
+        str(config.trainer.resume_mode),
+        str(config.trainer.on_existing_run),
+    )
+    if plan.resume_from is not None:
+        saved = saved_config(plan.resume_from)
+        if saved is not None:
+            plan.config_changes = check_resume_config(saved, config, str(plan.resume_from))
+    return plan
+
+
+def _plan_directory(root: Path, resume_mode: str, on_existing_run: str) -> RunPlan:
+    if root.exists() and not root.is_dir():
+        raise RunDirError(f"trainer.default_local_dir={root} is a file, not a directory; give a directory")
+    plan = RunPlan(root)
+    earlier = earlier_run_files(root)
+    where = f"trainer.default_local_dir={root}"
+    if resume_mode == "auto":
+        try:
+            plan.resume_from = latest_checkpoint(root)
+        except (ValueError, FileNotFoundError) as e:
+            raise RunDirError(
+                f"{where}: cannot resume ({e}); to start over and keep these files, set "
+                "trainer.on_existing_run=move_aside trainer.resume_mode=disable"
+            ) from None
+    elif resume_mode != "disable":
+        path = Path(resume_mode).expanduser()
+        if not (path / "trainer_state.pt").is_file():
+            raise InputError(
+                f"trainer.resume_mode={resume_mode}: not a checkpoint (no trainer_state.pt); expected "
+                f"auto, disable or a global_step_<N> directory, e.g. {root / (PREFIX + '100')}"
+            )
+        plan.resume_from = path
+        if path.resolve().parent == root.resolve():
+            resumed = int(path.name[len(PREFIX) :]) if path.name[len(PREFIX) :].isdigit() else None
+            later = [s for s in _steps_in(root) if resumed is not None and s > resumed]
+            if later:
+                raise RunDirError(
+                    f"trainer.resume_mode={path}: resuming step {resumed} in {root} would overwrite its "
+                    f"later checkpoints (steps {', '.join(map(str, later))}); resume into another "
+                    "trainer.default_local_dir (resume_mode may point at a checkpoint anywhere)"
+                )
+            earlier = []  # the directory's own history, which the run continues
+    if plan.resume_from is not None:
+        # The run it continues keeps its id; a checkpoint from elsewhere starts a new run from it.
+        same_dir = plan.resume_from.resolve().parent == root.resolve()
+        plan.run_id = (read_run_id(plan.resume_from) if same_dir else None) or plan.run_id
+        if same_dir:
+            return plan
+    if not earlier:
+        return plan
+    if on_existing_run == "move_aside":
+        plan.move_aside = earlier + [p for p in (root / name for name in MOVED_ALONG) if p.exists()]
+        return plan
+    hint = (
+        "to continue it, set trainer.resume_mode=auto; "
+        if resume_mode != "auto" and latest_checkpoint_or_none(root)
+        else ""
+    )
+    raise RunDirError(
+        f"{where} holds another run ({_describe(earlier)}); {hint}to start a new run there, set "
+        "trainer.on_existing_run=move_aside (moves those files to a sibling directory, deletes nothing), "
+        "or use another trainer.default_local_dir / trainer.experiment_name"
+    )
+
+
+def latest_checkpoint_or_none(root: Path) -> Path | None:
+    try:
+        return latest_checkpoint(root)
+    except (ValueError, FileNotFoundError):
+        return None
+
+
+class RunDirectory:
+    """The run directory, locked for this process from :meth:`claim` to :meth:`release`."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).expanduser()
+        self._lock: IO[str] | None = None
+
+    def claim(self, config: Any) -> RunPlan:
+        """Lock the directory, decide what the run does with it (:func:`plan_run`) and prepare it: move an
+        earlier run aside, remove checkpoints a crash left half-written, record a new run's id."""
+        if self.root.exists() and not self.root.is_dir():
+            raise RunDirError(f"trainer.default_local_dir={self.root} is a file, not a directory")
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._acquire()
+        except PermissionError as e:
+            raise RunDirError(
+                f"trainer.default_local_dir={self.root}: cannot write there ({e.strerror}); "
+                "give a writable directory"
+            ) from None
+        try:
+            plan = plan_run(config)
+            if plan.move_aside:
+                moved = self._move_aside(plan.move_aside)
+                logger.warning("moved the earlier run's files in %s to %s", self.root, moved)
+            for path in sorted(self.root.glob(f"{PREFIX}*{TMP_SUFFIX}")):
+                # Only this process writes here (the lock), so a .tmp checkpoint is a crashed save.
+                logger.warning("removing a checkpoint an interrupted save left unfinished: %s", path)
+                shutil.rmtree(path, ignore_errors=True)
+            if plan.resume_from is None or not (self.root / RUN_FILE).is_file():
+                info = {"run_id": plan.run_id, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+                info.update(host=socket.gethostname(), pid=os.getpid())
+                atomic_write_bytes(self.root / RUN_FILE, (json.dumps(info, indent=2) + "\n").encode())
+        except BaseException:
+            self.release()
+            raise
+        return plan
+
+    def _acquire(self) -> None:
+        lock = open(self.root / LOCK_FILE, "a+", encoding="utf-8")  # noqa: SIM115 (held until release)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "unknown"
+            lock.close()
+            raise RunDirError(
+                f"trainer.default_local_dir={self.root} is in use by another run ({holder}); wait for it "
+                "to finish, or give this run another trainer.default_local_dir / trainer.experiment_name"
+            ) from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"pid {os.getpid()} on host {socket.gethostname()}, since {time.strftime('%H:%M:%S')}\n")
+        lock.flush()
+        self._lock = lock
+
+    def _move_aside(self, paths: list[Path]) -> Path:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        target = self.root.with_name(f"{self.root.name}.moved-{stamp}")
+        n = 1
+        while target.exists():
+            n += 1
+            target = self.root.with_name(f"{self.root.name}.moved-{stamp}-{n}")
+        target.mkdir(parents=True)
+        for path in paths:
+            os.replace(path, target / path.name)
+        return target
+
+    def release(self) -> None:
+        if self._lock is not None:
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._lock.close()
+            self._lock = None
+
+
+def check_run_directory(config: Any) -> None:
+    """Fail early (before data and models are built) when the run directory would be refused: locked by a
+    running run, holding another run, or a resume that changes the run. ``config`` has the paths its
+    prepared inputs will have (:func:`verl.trainer.prepare.resolve_inputs`)."""
+    root = Path(config.trainer.default_local_dir).expanduser()
+    if root.is_dir() and (root / LOCK_FILE).is_file():
+        probe = RunDirectory(root)
+        probe._acquire()
+        probe.release()
+    plan_run(config)
+
+
+def saved_config(checkpoint: Path) -> dict[str, Any] | None:
+    """The config a checkpoint was written with (``config.yaml``), or None for one without it."""
+    from omegaconf import OmegaConf
+
+    path = checkpoint / "config.yaml"
+    if not path.is_file():
+        return None
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
