@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 import time
 
@@ -233,6 +234,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM, turned into an exception so the run unwinds like Ctrl-C: the run directory's lock is
+    released, workers are stopped, and a checkpoint being written is either whole or left unfinished
+    (and removed by the next run)."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def _debug(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "debug", False)) or os.environ.get("VERL_DEBUG", "") not in ("", "0")
 
@@ -249,9 +260,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     _quiet_libraries()
+    import threading
+
     from verl.errors import UserError
     from verl.single_controller.flow import StepError
 
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
+    resume_hint = "the last complete checkpoint (if any) is intact; rerun the same command to resume"
     try:
         return args.func(args)
     except UserError as e:
@@ -268,10 +284,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         if _debug(args):
             raise
-        print(
-            "interrupted: the last complete checkpoint (if any) is intact; rerun to resume", file=sys.stderr
-        )
+        print(f"interrupted: {resume_hint}", file=sys.stderr)
         return 130
+    except Terminated:
+        print(f"terminated (SIGTERM): {resume_hint}", file=sys.stderr)
+        return 143
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ Exit codes of ``verl run`` / ``verl sft`` / ``verl export``:
 4     run directory error: in use by another run, holds another run, or a resume that would
       change the run's meaning (:class:`RunDirError`)
 130   interrupted (Ctrl-C / SIGINT); the last complete checkpoint is intact
+143   terminated (SIGTERM); the same
 ====  ==========================================================================
 """
 

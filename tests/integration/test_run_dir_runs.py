@@ -146,8 +146,11 @@ def test_export_refuses_a_non_empty_directory_and_overwrite_keeps_foreign_files(
     assert not list(tmp_path.glob(".hf.export-*"))  # the staging directory is gone
 
 
-def test_ctrl_c_exits_130_without_a_traceback_and_the_rerun_resumes(
-    tiny_model_dir, arithmetic_files, tmp_path
+@pytest.mark.parametrize(
+    ("sig", "code", "said"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
+)
+def test_a_signal_exits_cleanly_without_a_traceback_and_the_rerun_resumes(
+    sig, code, said, tiny_model_dir, arithmetic_files, tmp_path
 ):
     out = tmp_path / "run"
     args = run_args(tiny_model_dir, arithmetic_files, out, "trainer.total_training_steps=40")
@@ -161,10 +164,10 @@ def test_ctrl_c_exits_130_without_a_traceback_and_the_rerun_resumes(
     deadline = time.time() + 120
     while time.time() < deadline and not (out / "global_step_2").is_dir():
         time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 130, stderr[-2000:]
-    assert "interrupted" in stderr and "Traceback" not in stderr
+    assert proc.returncode == code, stderr[-2000:]
+    assert said in stderr and "Traceback" not in stderr
     done = int((out / "latest_checkpointed_iteration.txt").read_text())
     assert done >= 2
     kept = digest(out / f"global_step_{done}")
