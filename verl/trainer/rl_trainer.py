@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from verl.algorithms import get_adv_estimator_fn, get_policy_loss_fn
-from verl.config import TrainerConfig, derive_sizes
+from verl.config import ConfigError, TrainerConfig, derive_sizes
 from verl.data import EpochSampler, RLDataset, collate_rl, iterate_batches
 from verl.models import tokenizer_for
 from verl.protocol import DataProto
@@ -217,11 +217,15 @@ class RLTrainer:
             if set_aside is not None:
                 tracking.write(f"  metrics logged after that checkpoint moved to {set_aside}")
         try:
+            if cfg.val_only:  # the policy as it stands (after start_step when resumed); no training
+                if self.val_dataset is None:
+                    raise ConfigError("trainer.val_only=true needs data.val_files")
+                summary["val_before"] = self.validate()
+                tracking.log(summary["val_before"], step=start_step)
+                return summary
             if cfg.val_before_train and self.val_dataset is not None and not start_step:
                 summary["val_before"] = self.validate()
                 tracking.log(summary["val_before"], step=0)
-                if cfg.val_only:
-                    return summary
             summary.update(self._train_loop(tracking, start_step))
             self.checkpointer.wait()
         finally:
