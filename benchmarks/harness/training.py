@@ -53,6 +53,7 @@ def update_config(case: Case) -> Any:
         f"data.max_prompt_length={PROMPT_WIDTH_LIMIT}",
         f"data.max_response_length={p['max_response_length']}",
         "actor_rollout_ref.rollout.n=1",
+        "algorithm.adv_estimator=reinforce_plus_plus",  # one sample per prompt; the advantages are random anyway
         f"actor_rollout_ref.actor.ppo_mini_batch_size={sequences}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={min(p['micro_batch'], sequences)}",
         f"trainer.torch_threads={case.threads}",

@@ -90,7 +90,11 @@ def test_swapping_the_rollout_engine_changes_only_its_name(tiny_model_dir, arith
     for engine in ("hf", "dummy"):
         flow = grpo_flow(tiny_model_dir, engine=engine)
         overrides = tiny_overrides(
-            arithmetic_files, tmp_path, "trainer.total_training_steps=1", "trainer.val_before_train=false"
+            arithmetic_files,
+            tmp_path,
+            "trainer.total_training_steps=1",
+            "trainer.val_before_train=false",
+            "trainer.on_existing_run=move_aside",  # the second run into the same directory
         )
         configs[engine] = flow.config(overrides=overrides)
         summary = flow.run(overrides=overrides)
@@ -162,8 +166,11 @@ def test_bad_settings_name_the_valid_choices():
 
 def test_builtin_scorer_name_scores_every_sample():
     score = RewardOperator("arithmetic").compute_score
-    assert score(data_source="anything", solution_str="12 and more", ground_truth="12") == 1.0
-    assert score(data_source="anything", solution_str="13", ground_truth="12") == 0.0
+    assert score(data_source="anything", solution_str="12 and more", ground_truth="12") == {
+        "score": 1.0,
+        "acc": 1.0,
+    }
+    assert score(data_source="anything", solution_str="13", ground_truth="12") == {"score": 0.0, "acc": 0.0}
 
 
 def test_an_override_cannot_contradict_an_operator(tiny_model_dir):

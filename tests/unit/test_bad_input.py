@@ -246,7 +246,9 @@ def test_load_reward_manager_reads_the_policy(tmp_path):
         manager = load_reward_manager(load_config(overrides=overrides, check=False), DigitTokenizer())
         assert manager.error_policy == "zero" and manager.time_limit.timeout_s == 2.5
     default = load_reward_manager(load_config(check=False), DigitTokenizer())
-    assert default.error_policy == "fail" and default.time_limit is None
+    assert default.error_policy == "fail" and default.time_limit.timeout_s == 60.0  # the default deadline
+    unlimited = load_config(overrides=["reward_model.timeout_s=null"], check=False)
+    assert load_reward_manager(unlimited, DigitTokenizer()).time_limit is None
 
 
 def test_config_keys_are_validated():

@@ -149,7 +149,8 @@ def test_free_form_dicts_accept_any_keys(tmp_path: Path) -> None:
     assert list(cfg.prepare.sft.whatever.nested) == [1, 2]
     assert cfg.custom_reward_function.reward_kwargs.scale == 0.1
     path = write(tmp_path, "custom_reward_function:\n  reward_kwargs:\n    bands: {low: 1, high: 2}\n")
-    cfg = load_config(path, overrides=[f"{ARR}.model.path=m"])
+    # schema defaults: adv_estimator=grpo needs a group of responses per prompt
+    cfg = load_config(path, overrides=[f"{ARR}.model.path=m", f"{ARR}.rollout.n=2"])
     assert cfg.custom_reward_function.reward_kwargs.bands.high == 2
 
 
@@ -169,6 +170,7 @@ def test_recipe_by_path(tmp_path: Path) -> None:
         tmp_path,
         "data:\n  train_files: [x.parquet]\n  train_batch_size: 4\n"
         f"{ARR}:\n  model:\n    path: some/model\n  actor:\n    ppo_mini_batch_size: 2\n"
+        "algorithm:\n  adv_estimator: reinforce_plus_plus\n"  # the schema's grpo needs rollout.n >= 2
         "trainer:\n  experiment_name: mine-${data.train_batch_size}\n",
     )
     for given in (path, str(path)):
@@ -181,7 +183,8 @@ def test_recipe_by_path(tmp_path: Path) -> None:
 
 
 def test_empty_yaml_uses_schema_defaults(tmp_path: Path) -> None:
-    cfg = load_config(write(tmp_path, ""), overrides=[f"{ARR}.model.path=m", "data.train_batch_size=256"])
+    overrides = [f"{ARR}.model.path=m", "data.train_batch_size=256", f"{ARR}.rollout.n=2"]  # grpo: n >= 2
+    cfg = load_config(write(tmp_path, ""), overrides=overrides)
     assert cfg.data.max_prompt_length == 512 and cfg[ARR].actor.ppo_mini_batch_size == 256
 
 

@@ -97,7 +97,9 @@ def test_gsm8k_compute_score() -> None:
 
 
 def test_default_compute_score_dispatch() -> None:
-    assert default_compute_score("arithmetic", "12", 12) == 1.0
+    # the arithmetic score is correctness, reported as acc too (validation shows val-core/arithmetic/acc)
+    assert default_compute_score("arithmetic", "12", 12) == {"score": 1.0, "acc": 1.0}
+    assert default_compute_score("arithmetic", "13", 12) == {"score": 0.0, "acc": 0.0}
     assert default_compute_score("openai/gsm8k", "#### 8", "8") == 1.0
     assert default_compute_score("gsm8k", "8", "8") == 0.0  # strict
     with pytest.raises(NotImplementedError, match="arithmetic") as info:

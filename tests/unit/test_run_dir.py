@@ -212,3 +212,10 @@ def test_config_changes_splits_refused_from_applied():
     refused, applied = config_changes(saved, new)
     assert refused == ["trainer.seed: 1 -> 2"]
     assert applied == ["data.val_files: 'v' -> 'w'", "trainer.save_freq: 1 -> 2"]
+
+
+def test_on_existing_run_is_one_of_its_choices(tmp_path):
+    from verl.config import ConfigError
+
+    with pytest.raises(ConfigError, match="trainer.on_existing_run must be one of refuse, move_aside"):
+        _config(tmp_path, "trainer.on_existing_run=delete")

@@ -132,9 +132,9 @@ class AlgorithmConfig:
     adv_estimator: str = "grpo"
     """advantage estimator: grpo | gae | rloo | reinforce_plus_plus | remax | ..."""
     gamma: float = 1.0
-    """discount factor"""
+    """discount factor, in [0, 1]"""
     lam: float = 1.0
-    """GAE lambda"""
+    """GAE lambda, in [0, 1]"""
     norm_adv_by_std_in_grpo: bool = True
     """divide GRPO advantages by the group std (False = Dr. GRPO)"""
     use_kl_in_reward: bool = False
@@ -185,9 +185,11 @@ class RewardModelConfig:
     error_policy: str = "fail"
     """a reward function that raises, times out or returns NaN / inf / a non-number for a sample: fail (stop,
     naming the sample) | zero (log the sample, score it 0, flag it in the reward_error field: reward/errors)"""
-    timeout_s: Optional[float] = None
-    """seconds one reward call may run (per sample; per batch for reward_manager=batch); None = no limit.
-    The call runs on a helper thread; a timed-out one is abandoned (Python cannot kill a thread)"""
+    timeout_s: Optional[float] = 60.0
+    """seconds one reward call may run (per sample; per batch for reward_manager=batch); a call that runs longer
+    is a reward error naming the sample (handled per error_policy). null = no limit (a hung reward function then
+    hangs the run). The call runs on a helper thread; a timed-out one is abandoned (Python cannot kill a
+    thread), and a scorer that needs the main thread (signal-based timeouts) needs null"""
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
     """DAPO overlong reward shaping (reward_manager=dapo)"""
 

@@ -117,7 +117,7 @@ class ActorConfig:
     clip_ratio_schedule: str = "linear"
     """shape of the clip-ratio annealing when clip_ratio_final is set: linear | cosine"""
     clip_ratio_c: float = 3.0
-    """dual-clip constant c for negative advantages"""
+    """dual-clip constant c for negative advantages (> 1)"""
     grad_clip: float = 1.0
     """max global gradient norm"""
     loss_agg_mode: str = "token-mean"
@@ -149,13 +149,13 @@ class SamplingConfig:
     n: int = 1
     """responses per validation prompt"""
     temperature: float = 0.0
-    """sampling temperature (0 = greedy)"""
+    """sampling temperature: > 0 with do_sample=true; 0 (greedy) needs do_sample=false"""
     top_p: float = 1.0
-    """nucleus sampling threshold"""
+    """nucleus sampling threshold, in (0, 1] (1 = off)"""
     top_k: int = -1
-    """top-k sampling; -1 = off"""
+    """top-k sampling: -1 or 0 = off, else >= 1"""
     do_sample: bool = False
-    """sample (True) or decode greedily (False)"""
+    """sample (True) or decode greedily (False): only this key chooses greedy decoding"""
 
 
 @dataclass
@@ -166,15 +166,16 @@ class RolloutConfig:
     """generation engine: fast (KV-cached decoding, finished rows dropped, returns log-probs) | hf
     (transformers' generate) | dummy (random tokens, for tests)"""
     n: int = 1
-    """responses sampled per prompt (the GRPO group size)"""
+    """responses sampled per prompt (the GRPO group size: the group estimators grpo, rloo, ... need >= 2)"""
     temperature: float = 1.0
-    """sampling temperature"""
+    """sampling temperature, > 0: the actor and reference divide their logits by it too, so it stays > 0 with
+    do_sample=false"""
     top_p: float = 1.0
-    """nucleus sampling threshold"""
+    """nucleus sampling threshold, in (0, 1] (1 = off)"""
     top_k: int = -1
-    """top-k sampling; -1 = off"""
+    """top-k sampling: -1 or 0 = off, else >= 1"""
     do_sample: bool = True
-    """sample (True) or decode greedily (False)"""
+    """sample (True) or decode greedily (False): only this key chooses greedy decoding"""
     log_prob_micro_batch_size_per_gpu: Optional[int] = None
     """samples per forward pass when recomputing old log-probs; None = whole batch"""
     log_prob_use_dynamic_bsz: Optional[bool] = None

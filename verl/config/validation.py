@@ -1,9 +1,15 @@
-"""Value validation of a loaded config: allowed choices, lower bounds, file lists, batch divisibility, and keys
-the selected backend would ignore (``backends.py``)."""
+"""Value validation of a loaded config: allowed choices, numeric ranges, file lists, batch divisibility, and keys
+the selected backend would ignore (``backends.py``).
+
+Every problem is collected and reported in one :class:`ConfigError`, each naming the full key, its value and
+what is allowed. The numeric rules are grouped by section below (``_data_errors``, ``_actor_errors``, ...).
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
+from numbers import Real
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +26,15 @@ LR_SCHEDULERS = ("constant", "cosine")
 KL_CTRL_TYPES = ("fixed", "adaptive")
 BAD_ROW_POLICIES = ("fail", "skip")
 REWARD_ERROR_POLICIES = ("fail", "zero")
+GROUP_ESTIMATORS = ("grpo", "grpo_passk", "rloo", "opo", "gpg", "reinforce_plus_plus_baseline")
+"""``algorithm.adv_estimator`` values whose baseline comes from the other responses to the same prompt, so
+they need ``rollout.n >= 2`` (verl: "GRPO needs rollout.n > 1"). The others (gae, reinforce_plus_plus, remax)
+work with one response per prompt; ``tests/unit/test_config_values.py`` checks the two lists cover the
+registry."""
+MAX_SEED = 2**32 - 1
+"""numpy's seeds are 32-bit unsigned"""
+
+ARR = "actor_rollout_ref"
 
 
 def as_file_list(value: Any) -> list[str]:
@@ -40,15 +55,63 @@ def _is_trainer(cfg: DictConfig) -> bool:
     return "actor_rollout_ref" in cfg
 
 
+# ------------------------------------------------------------------------------------------------ rule helpers
 def _choice(errors: list[str], key: str, value: Any, allowed: Iterable[str]) -> None:
     allowed = tuple(allowed)
     if value not in allowed:
         errors.append(f"{key} must be one of {', '.join(allowed)}; got {value!r}")
 
 
-def _at_least(errors: list[str], key: str, value: Any, low: int) -> None:
-    if value is not None and value < low:
-        errors.append(f"{key} must be >= {low}; got {value}")
+def _at_least(errors: list[str], key: str, value: Any, low: int, *, null: str = "") -> None:
+    """``value >= low``; None passes (the schema decides whether a key may be null). ``null`` names what
+    null means for the key, e.g. ``"the whole batch"``, and is added to the message."""
+    _in_range(errors, key, value, low, null=null)
+
+
+def _in_range(
+    errors: list[str],
+    key: str,
+    value: Any,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+    null: str = "",
+    note: str = "",
+) -> None:
+    """``value`` within [low, high] (``low_open`` / ``high_open`` exclude an end; None = unbounded) and
+    finite; None passes. ``null`` (what null means) and ``note`` (why the range) extend the message."""
+    if value is None or isinstance(value, bool) or not isinstance(value, Real):
+        return
+    ok = math.isfinite(value)
+    if low is not None:
+        ok = ok and (value > low if low_open else value >= low)
+    if high is not None:
+        ok = ok and (value < high if high_open else value <= high)
+    if ok:
+        return
+    if low is not None and high is not None:
+        allowed = f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+    elif low is not None:
+        allowed = f"{'>' if low_open else '>='} {low}"
+    elif high is not None:
+        allowed = f"{'<' if high_open else '<='} {high}"
+    else:
+        allowed = "a finite number"
+    if null:
+        allowed += f" or null ({null})"
+    errors.append(f"{key} must be {allowed}; got {value}" + (f" ({note})" if note else ""))
+
+
+def _off_or_at_least(errors: list[str], key: str, value: Any, off: int, meaning: str, low: int = 1) -> None:
+    """An integer that is either the sentinel ``off`` (``meaning``, e.g. "never") or ``>= low``."""
+    if value is not None and value != off and value < low:
+        errors.append(f"{key} must be {off} ({meaning}) or >= {low}; got {value}")
+
+
+def _seed(errors: list[str], key: str, value: Any, null: str = "") -> None:
+    _in_range(errors, key, value, 0, MAX_SEED, null=null)
 
 
 def _files(errors: list[str], key: str, value: Any) -> None:
@@ -58,113 +121,283 @@ def _files(errors: list[str], key: str, value: Any) -> None:
         errors.append(f"{key} must be a file path or a list of file paths; got {short_repr(value)}")
 
 
+# ------------------------------------------------------------------------------------------------ shared sections
 def _optim_errors(errors: list[str], prefix: str, optim: Any) -> None:
     _choice(errors, f"{prefix}.lr_scheduler_type", optim.lr_scheduler_type, LR_SCHEDULERS)
-    if not 0.0 <= optim.lr_warmup_steps_ratio <= 1.0:
-        errors.append(f"{prefix}.lr_warmup_steps_ratio must be in [0, 1]; got {optim.lr_warmup_steps_ratio}")
-    if not 0.0 <= optim.min_lr_ratio <= 1.0:
-        errors.append(f"{prefix}.min_lr_ratio must be in [0, 1]; got {optim.min_lr_ratio}")
+    _in_range(errors, f"{prefix}.lr", optim.lr, 0)
+    _in_range(errors, f"{prefix}.weight_decay", optim.weight_decay, 0)
+    _off_or_at_least(
+        errors, f"{prefix}.lr_warmup_steps", optim.lr_warmup_steps, -1, "use lr_warmup_steps_ratio", 0
+    )
+    _in_range(errors, f"{prefix}.lr_warmup_steps_ratio", optim.lr_warmup_steps_ratio, 0, 1)
+    _in_range(errors, f"{prefix}.min_lr_ratio", optim.min_lr_ratio, 0, 1)
     if len(optim.betas) != 2:
         errors.append(f"{prefix}.betas must be two numbers [beta1, beta2]; got {list(optim.betas)}")
+    else:
+        for i, beta in enumerate(optim.betas):
+            _in_range(errors, f"{prefix}.betas[{i}]", beta, 0, 1, high_open=True)
+    for key in ("eps", "grad_clip"):  # only some optim sections have them (SFT's has grad_clip)
+        if key in optim:
+            _in_range(errors, f"{prefix}.{key}", optim[key], 0, low_open=True)
+
+
+def _trainer_loop_errors(errors: list[str], trainer: Any) -> None:
+    """Keys shared by the RL and the SFT trainer sections."""
+    _at_least(
+        errors, "trainer.total_training_steps", trainer.total_training_steps, 1, null="total_epochs of data"
+    )
+    _at_least(errors, "trainer.total_epochs", trainer.total_epochs, 1)
+    _seed(errors, "trainer.seed", trainer.seed)
+    _at_least(errors, "trainer.torch_threads", trainer.torch_threads, 1, null="torch's default")
+
+
+# ------------------------------------------------------------------------------------------------ RL sections
+def _data_errors(errors: list[str], data: Any) -> None:
+    _files(errors, "data.train_files", data.train_files)
+    _files(errors, "data.val_files", data.val_files)
+    _choice(errors, "data.truncation", data.truncation, TRUNCATION_MODES)
+    _choice(errors, "data.bad_rows", data.bad_rows, BAD_ROW_POLICIES)
+    _at_least(errors, "data.max_prompt_length", data.max_prompt_length, 1)
+    _at_least(errors, "data.max_response_length", data.max_response_length, 1)
+    _at_least(errors, "data.train_batch_size", data.train_batch_size, 1)
+    _at_least(errors, "data.val_batch_size", data.val_batch_size, 1)
+    _off_or_at_least(errors, "data.train_max_samples", data.train_max_samples, -1, "all rows")
+    _off_or_at_least(errors, "data.val_max_samples", data.val_max_samples, -1, "all rows")
+    _seed(errors, "data.seed", data.seed, null="trainer.seed")
+
+
+def _sampling_errors(errors: list[str], prefix: str, section: Any, *, scored: bool) -> None:
+    """temperature / top_p / top_k of ``rollout`` (``scored``: the actor and reference divide the logits by
+    its temperature) or ``rollout.val_kwargs``."""
+    temperature = section.temperature
+    if scored:
+        _in_range(
+            errors,
+            f"{prefix}.temperature",
+            temperature,
+            0,
+            low_open=True,
+            note="the actor and reference score responses with softmax(logits / temperature), even with "
+            "do_sample=false: for greedy rollouts set do_sample=false and keep temperature > 0",
+        )
+    elif section.do_sample and temperature == 0:
+        errors.append(
+            f"{prefix}.temperature must be > 0 when {prefix}.do_sample=true; got {temperature} "
+            f"(temperature 0 is greedy decoding: set {prefix}.do_sample=false for it)"
+        )
+    else:
+        _in_range(errors, f"{prefix}.temperature", temperature, 0, low_open=bool(section.do_sample))
+    _in_range(errors, f"{prefix}.top_p", section.top_p, 0, 1, low_open=True)
+    if section.top_k < -1:
+        errors.append(f"{prefix}.top_k must be -1 or 0 (off) or >= 1; got {section.top_k}")
+
+
+def _actor_errors(errors: list[str], actor: Any) -> None:
+    prefix = f"{ARR}.actor"
+    _choice(errors, f"{prefix}.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
+    _choice(errors, f"{prefix}.clip_ratio_schedule", actor.clip_ratio_schedule, ("linear", "cosine"))
+    _at_least(errors, f"{prefix}.ppo_mini_batch_size", actor.ppo_mini_batch_size, 1)
+    _at_least(errors, f"{prefix}.ppo_micro_batch_size_per_gpu", actor.ppo_micro_batch_size_per_gpu, 1)
+    _at_least(errors, f"{prefix}.ppo_max_token_len_per_gpu", actor.ppo_max_token_len_per_gpu, 1)
+    _at_least(errors, f"{prefix}.ppo_epochs", actor.ppo_epochs, 1)
+    _in_range(errors, f"{prefix}.clip_ratio", actor.clip_ratio, 0, low_open=True)
+    for key in ("clip_ratio_low", "clip_ratio_high", "clip_ratio_final"):
+        _in_range(errors, f"{prefix}.{key}", actor[key], 0, low_open=True, null="clip_ratio")
+    _in_range(
+        errors,
+        f"{prefix}.clip_ratio_c",
+        actor.clip_ratio_c,
+        1,
+        low_open=True,
+        note="the dual-clip bound on negative advantages, as in verl",
+    )
+    _in_range(errors, f"{prefix}.grad_clip", actor.grad_clip, 0, low_open=True)
+    _in_range(
+        errors,
+        f"{prefix}.loss_scale_factor",
+        actor.loss_scale_factor,
+        0,
+        low_open=True,
+        null="max_response_length",
+    )
+    _in_range(errors, f"{prefix}.kl_loss_coef", actor.kl_loss_coef, 0)
+    loss = actor.policy_loss
+    _in_range(errors, f"{prefix}.policy_loss.clip_cov_ratio", loss.clip_cov_ratio, 0, 1, low_open=True)
+    _in_range(errors, f"{prefix}.policy_loss.kl_cov_ratio", loss.kl_cov_ratio, 0, 1, low_open=True)
+    if not loss.clip_cov_lb < loss.clip_cov_ub:
+        errors.append(
+            f"{prefix}.policy_loss.clip_cov_lb ({loss.clip_cov_lb}) must be < "
+            f"{prefix}.policy_loss.clip_cov_ub ({loss.clip_cov_ub})"
+        )
+    _in_range(errors, f"{prefix}.policy_loss.ppo_kl_coef", loss.ppo_kl_coef, 0)
+    _in_range(errors, f"{prefix}.policy_loss.tau_pos", loss.tau_pos, 0, low_open=True)
+    _in_range(errors, f"{prefix}.policy_loss.tau_neg", loss.tau_neg, 0, low_open=True)
+    _optim_errors(errors, f"{prefix}.optim", actor.optim)
+
+
+def _rollout_ref_errors(errors: list[str], arr: Any) -> None:
+    rollout, ref = arr.rollout, arr.ref
+    prefix = f"{ARR}.rollout"
+    _at_least(errors, f"{ARR}.model.log_prob_chunk_size", arr.model.log_prob_chunk_size, 0)
+    _at_least(errors, f"{prefix}.n", rollout.n, 1)
+    _at_least(errors, f"{prefix}.val_kwargs.n", rollout.val_kwargs.n, 1)
+    _at_least(errors, f"{prefix}.micro_batch_size", rollout.micro_batch_size, 1)
+    _sampling_errors(errors, prefix, rollout, scored=True)
+    _sampling_errors(errors, f"{prefix}.val_kwargs", rollout.val_kwargs, scored=False)
+    for section, name in ((rollout, prefix), (ref, f"{ARR}.ref")):
+        _at_least(
+            errors, f"{name}.log_prob_micro_batch_size_per_gpu", section.log_prob_micro_batch_size_per_gpu, 1
+        )
+        _at_least(errors, f"{name}.log_prob_max_token_len_per_gpu", section.log_prob_max_token_len_per_gpu, 1)
+
+
+def _critic_errors(errors: list[str], critic: Any) -> None:
+    _choice(errors, "critic.loss_agg_mode", critic.loss_agg_mode, LOSS_AGG_MODES)
+    for key in (
+        "ppo_mini_batch_size",
+        "ppo_micro_batch_size_per_gpu",
+        "ppo_epochs",
+        "forward_micro_batch_size_per_gpu",
+        "ppo_max_token_len_per_gpu",
+        "forward_max_token_len_per_gpu",
+    ):
+        _at_least(errors, f"critic.{key}", critic[key], 1)
+    _in_range(errors, "critic.cliprange_value", critic.cliprange_value, 0, low_open=True)
+    _in_range(errors, "critic.grad_clip", critic.grad_clip, 0, low_open=True)
+    _optim_errors(errors, "critic.optim", critic.optim)
+
+
+def _algorithm_errors(errors: list[str], cfg: DictConfig) -> None:
+    algo, n = cfg.algorithm, cfg.actor_rollout_ref.rollout.n
+    _in_range(errors, "algorithm.gamma", algo.gamma, 0, 1)
+    _in_range(errors, "algorithm.lam", algo.lam, 0, 1)
+    _choice(errors, "algorithm.kl_ctrl.type", algo.kl_ctrl.type, KL_CTRL_TYPES)
+    _in_range(errors, "algorithm.kl_ctrl.kl_coef", algo.kl_ctrl.kl_coef, 0)
+    _at_least(errors, "algorithm.kl_ctrl.horizon", algo.kl_ctrl.horizon, 1)
+    _in_range(errors, "algorithm.kl_ctrl.target_kl", algo.kl_ctrl.target_kl, 0, low_open=True)
+    _at_least(
+        errors, "algorithm.filter_groups.max_num_gen_batches", algo.filter_groups.max_num_gen_batches, 0
+    )
+    if algo.adv_estimator in GROUP_ESTIMATORS and n == 1:
+        errors.append(
+            f"algorithm.adv_estimator={algo.adv_estimator} compares the responses to each prompt with each "
+            f"other, so it needs {ARR}.rollout.n >= 2 (the group size); got 1: set rollout.n (e.g. 8), or use "
+            "an estimator that works with one response per prompt (gae, reinforce_plus_plus, remax)"
+        )
+
+
+def _reward_errors(errors: list[str], cfg: DictConfig) -> None:
+    reward = cfg.reward_model
+    _choice(errors, "reward_model.error_policy", reward.error_policy, REWARD_ERROR_POLICIES)
+    _at_least(errors, "reward_model.num_workers", reward.num_workers, 1)
+    _at_least(errors, "reward_model.num_examine", reward.num_examine, 0)
+    _in_range(
+        errors, "reward_model.timeout_s", reward.timeout_s, 0, low_open=True, null="no limit", note="seconds"
+    )
+    buffer = reward.overlong_buffer
+    _at_least(errors, "reward_model.overlong_buffer.len", buffer.len, 1)
+    longest = cfg.data.max_response_length
+    if buffer.enable and buffer.len >= 1 and buffer.len >= longest:
+        errors.append(
+            f"reward_model.overlong_buffer.len must be < data.max_response_length ({longest}); "
+            f"got {buffer.len}"
+        )
+    _in_range(errors, "reward_model.overlong_buffer.penalty_factor", buffer.penalty_factor, 0)
+
+
+def _trainer_errors(errors: list[str], cfg: DictConfig) -> None:
+    trainer = cfg.trainer
+    _trainer_loop_errors(errors, trainer)
+    _choice(errors, "trainer.backend", trainer.backend, ("local", "ray"))
+    _choice(errors, "trainer.device", trainer.device, ("cpu", "cuda", "auto"))
+    _choice(errors, "trainer.on_worker_failure", trainer.on_worker_failure, ("fail", "restart"))
+    _choice(errors, "trainer.on_existing_run", trainer.on_existing_run, ("refuse", "move_aside"))
+    _off_or_at_least(errors, "trainer.test_freq", trainer.test_freq, -1, "never")
+    _off_or_at_least(errors, "trainer.save_freq", trainer.save_freq, -1, "never")
+    for key in ("max_actor_ckpt_to_keep", "max_critic_ckpt_to_keep"):
+        _at_least(errors, f"trainer.{key}", trainer[key], 1, null="keep all")
+    _at_least(errors, "trainer.nnodes", trainer.nnodes, 1)
+    _at_least(errors, "trainer.n_gpus_per_node", trainer.n_gpus_per_node, 1)
+    _at_least(errors, "trainer.critic_warmup", trainer.critic_warmup, 0)
+    _at_least(errors, "trainer.max_worker_restarts", trainer.max_worker_restarts, 0)
+    _at_least(errors, "trainer.worker_state_freq", trainer.worker_state_freq, 0)
+    _seed(errors, "prepare.seed", cfg.prepare.seed, null="trainer.seed")
+    workers = trainer.nnodes * trainer.n_gpus_per_node
+    if trainer.backend == "local" and (workers > 1 or cfg.reward_model.num_workers > 1):
+        errors.append(
+            f"trainer.backend=local runs every worker in this process, so it has one data-parallel worker; "
+            f"got trainer.nnodes x trainer.n_gpus_per_node = {workers} and reward_model.num_workers = "
+            f"{cfg.reward_model.num_workers}: set trainer.backend=ray for more"
+        )
+
+
+def _batch_errors(errors: list[str], cfg: DictConfig) -> None:
+    """Token budgets against the longest sequence, and batch divisibility."""
+    data, actor = cfg.data, cfg.actor_rollout_ref.actor
+    longest = data.max_prompt_length + data.max_response_length
+    for key, budget in token_budgets(cfg).items():
+        if budget is not None and budget < longest:
+            errors.append(
+                f"{TOKEN_BUDGET_KEYS[key]} (here {budget}; unset ones follow "
+                "actor_rollout_ref.actor.ppo_max_token_len_per_gpu) is a token budget per micro-batch "
+                "and must hold the longest sequence, data.max_prompt_length + data.max_response_length = "
+                f"{longest}"
+            )
+    if (
+        data.train_batch_size >= 1
+        and actor.ppo_mini_batch_size >= 1
+        and data.train_batch_size % actor.ppo_mini_batch_size
+    ):
+        errors.append(
+            f"data.train_batch_size ({data.train_batch_size}) must be divisible by "
+            f"actor_rollout_ref.actor.ppo_mini_batch_size ({actor.ppo_mini_batch_size})"
+        )
+
+
+def _trainer_config_errors(cfg: DictConfig) -> list[str]:
+    errors: list[str] = []
+    arr = cfg.actor_rollout_ref
+    _data_errors(errors, cfg.data)
+    if not str(arr.model.path).strip() and not (cfg.prepare.enable and cfg.prepare.tiny_model):
+        errors.append(
+            "actor_rollout_ref.model.path is required (a model directory or hub id), unless prepare.enable "
+            "and prepare.tiny_model build one; got ''"
+        )
+    _actor_errors(errors, arr.actor)
+    _rollout_ref_errors(errors, arr)
+    _critic_errors(errors, cfg.critic)
+    _algorithm_errors(errors, cfg)
+    _reward_errors(errors, cfg)
+    _trainer_errors(errors, cfg)
+    _batch_errors(errors, cfg)
+    errors.extend(backend_errors(cfg))
+    if not errors:
+        try:
+            derive_sizes(cfg)
+        except ConfigError as e:
+            errors.append(str(e))
+    return errors
+
+
+def _sft_config_errors(cfg: DictConfig) -> list[str]:
+    errors: list[str] = []
+    data = cfg.data
+    _files(errors, "data.train_files", data.train_files)
+    _files(errors, "data.val_files", data.val_files)
+    _choice(errors, "data.truncation", data.truncation, TRUNCATION_MODES)
+    _at_least(errors, "data.max_length", data.max_length, 1)
+    _at_least(errors, "data.train_batch_size", data.train_batch_size, 1)
+    _off_or_at_least(errors, "data.train_max_samples", data.train_max_samples, -1, "all rows")
+    if not str(cfg.model.path).strip():
+        errors.append("model.path is required (a model directory or hub id); got ''")
+    _optim_errors(errors, "optim", cfg.optim)
+    _trainer_loop_errors(errors, cfg.trainer)
+    errors.extend(sft_backend_errors(cfg))
+    return errors
 
 
 def validate(cfg: DictConfig) -> None:
-    """Check value constraints of a TrainerConfig or SFTConfig; raise one ConfigError listing every problem."""
-    errors: list[str] = []
-    if _is_trainer(cfg):
-        data, arr = cfg.data, cfg.actor_rollout_ref
-        actor, rollout = arr.actor, arr.rollout
-        _files(errors, "data.train_files", data.train_files)
-        _files(errors, "data.val_files", data.val_files)
-        _choice(errors, "data.truncation", data.truncation, TRUNCATION_MODES)
-        _at_least(errors, "data.max_prompt_length", data.max_prompt_length, 1)
-        _at_least(errors, "data.max_response_length", data.max_response_length, 1)
-        _at_least(errors, "data.train_batch_size", data.train_batch_size, 1)
-        _at_least(errors, "data.val_batch_size", data.val_batch_size, 1)
-        if not str(arr.model.path).strip() and not (cfg.prepare.enable and cfg.prepare.tiny_model):
-            errors.append(
-                "actor_rollout_ref.model.path is required (a model directory or hub id), unless prepare.enable "
-                "and prepare.tiny_model build one; got ''"
-            )
-        _choice(errors, "actor_rollout_ref.actor.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
-        _at_least(errors, "actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size, 1)
-        _at_least(
-            errors,
-            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
-            actor.ppo_micro_batch_size_per_gpu,
-            1,
-        )
-        _at_least(errors, "actor_rollout_ref.actor.ppo_epochs", actor.ppo_epochs, 1)
-        _optim_errors(errors, "actor_rollout_ref.actor.optim", actor.optim)
-        _at_least(errors, "actor_rollout_ref.rollout.n", rollout.n, 1)
-        _at_least(errors, "actor_rollout_ref.rollout.val_kwargs.n", rollout.val_kwargs.n, 1)
-        _at_least(errors, "actor_rollout_ref.rollout.micro_batch_size", rollout.micro_batch_size, 1)
-        _choice(errors, "algorithm.kl_ctrl.type", cfg.algorithm.kl_ctrl.type, KL_CTRL_TYPES)
-        trainer = cfg.trainer
-        _choice(errors, "trainer.backend", trainer.backend, ("local", "ray"))
-        _choice(errors, "trainer.device", trainer.device, ("cpu", "cuda", "auto"))
-        for key in ("max_actor_ckpt_to_keep", "max_critic_ckpt_to_keep"):
-            if trainer[key] is not None:
-                _at_least(errors, f"trainer.{key}", trainer[key], 1)
-        _choice(errors, "trainer.on_worker_failure", trainer.on_worker_failure, ("fail", "restart"))
-        _at_least(errors, "trainer.nnodes", trainer.nnodes, 1)
-        _at_least(errors, "trainer.n_gpus_per_node", trainer.n_gpus_per_node, 1)
-        _at_least(errors, "reward_model.num_workers", cfg.reward_model.num_workers, 1)
-        _choice(errors, "data.bad_rows", data.bad_rows, BAD_ROW_POLICIES)
-        _choice(errors, "reward_model.error_policy", cfg.reward_model.error_policy, REWARD_ERROR_POLICIES)
-        timeout_s = cfg.reward_model.timeout_s
-        if timeout_s is not None and not timeout_s > 0:
-            errors.append(f"reward_model.timeout_s must be > 0 seconds or null (no limit); got {timeout_s}")
-        _at_least(errors, "trainer.max_worker_restarts", trainer.max_worker_restarts, 0)
-        _at_least(errors, "trainer.worker_state_freq", trainer.worker_state_freq, 0)
-        workers = trainer.nnodes * trainer.n_gpus_per_node
-        if trainer.backend == "local" and (workers > 1 or cfg.reward_model.num_workers > 1):
-            errors.append(
-                f"trainer.backend=local runs every worker in this process, so it has one data-parallel worker; "
-                f"got trainer.nnodes x trainer.n_gpus_per_node = {workers} and reward_model.num_workers = "
-                f"{cfg.reward_model.num_workers}: set trainer.backend=ray for more"
-            )
-        _choice(errors, "critic.loss_agg_mode", cfg.critic.loss_agg_mode, LOSS_AGG_MODES)
-        _choice(
-            errors,
-            "actor_rollout_ref.actor.clip_ratio_schedule",
-            actor.clip_ratio_schedule,
-            ("linear", "cosine"),
-        )
-        longest = data.max_prompt_length + data.max_response_length
-        for key, budget in token_budgets(cfg).items():
-            if budget is not None and budget < longest:
-                errors.append(
-                    f"{TOKEN_BUDGET_KEYS[key]} (here {budget}; unset ones follow "
-                    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu) is a token budget per micro-batch "
-                    "and must hold the longest sequence, data.max_prompt_length + data.max_response_length = "
-                    f"{longest}"
-                )
-        if (
-            data.train_batch_size >= 1
-            and actor.ppo_mini_batch_size >= 1
-            and data.train_batch_size % actor.ppo_mini_batch_size
-        ):
-            errors.append(
-                f"data.train_batch_size ({data.train_batch_size}) must be divisible by "
-                f"actor_rollout_ref.actor.ppo_mini_batch_size ({actor.ppo_mini_batch_size})"
-            )
-        errors.extend(backend_errors(cfg))
-        if not errors:
-            try:
-                derive_sizes(cfg)
-            except ConfigError as e:
-                errors.append(str(e))
-    else:
-        data = cfg.data
-        _files(errors, "data.train_files", data.train_files)
-        _files(errors, "data.val_files", data.val_files)
-        _choice(errors, "data.truncation", data.truncation, TRUNCATION_MODES)
-        _at_least(errors, "data.max_length", data.max_length, 1)
-        _at_least(errors, "data.train_batch_size", data.train_batch_size, 1)
-        if not str(cfg.model.path).strip():
-            errors.append("model.path is required (a model directory or hub id); got ''")
-        _optim_errors(errors, "optim", cfg.optim)
-        errors.extend(sft_backend_errors(cfg))
+    """Check the values of a TrainerConfig or SFTConfig; raise one ConfigError listing every problem."""
+    errors = _trainer_config_errors(cfg) if _is_trainer(cfg) else _sft_config_errors(cfg)
     if errors:
         raise ConfigError("invalid config: " + "; ".join(errors))

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from verl.protocol import DataProto
+from verl.workers.reward.manager import REWARD_ERROR_KEY
 
 
 def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
@@ -56,21 +57,34 @@ def reduce_metrics(metrics: dict[str, list[float]]) -> dict[str, float]:
     return {k: float(np.mean(v)) for k, v in metrics.items()}
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (bool, int, float, np.number)) and np.isfinite(float(value))
+
+
 def compute_validation_metrics(
     data_sources: list[str], scores: list[float], extra: dict[str, list[Any]], n: int = 1
 ) -> dict[str, float]:
-    """``val-core/<data_source>/acc/mean@n`` and ``.../reward/mean@n``.
+    """``val-core/<data_source>/reward/mean@n`` (the mean score), and ``.../acc/mean@n`` when the scorer
+    reports an ``acc`` field (as in verl: the score is not relabelled as an accuracy).
 
-    ``acc`` is the scorer's own ``acc`` field when it reports one, otherwise the score itself (rule
-    scorers return 1 for a correct answer and 0 otherwise).
+    ``acc`` is averaged over the samples whose scorer returned a number (or bool) for it, plus the samples
+    scored 0 after a reward error (``reward_error``, error_policy=zero), which count as wrong; a source
+    where no sample has one has no ``acc`` metric.
     """
-    accs = extra.get("acc") or [None] * len(scores)
+    none = [None] * len(scores)
+    accs, failed = extra.get("acc", none), extra.get(REWARD_ERROR_KEY, none)
     by_source: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for source, score, acc in zip(data_sources, scores, accs, strict=True):
+    for source, score, acc, error in zip(data_sources, scores, accs, failed, strict=True):
         by_source[source]["reward"].append(float(score))
-        by_source[source]["acc"].append(float(score if acc is None else acc))
+        if _is_number(acc):
+            by_source[source]["acc"].append(float(acc))
+        elif bool(error):
+            by_source[source]["failed"].append(0.0)
     metrics = {}
     for source, variables in by_source.items():
+        failed_zeros = variables.pop("failed", [])
+        if "acc" in variables:
+            variables["acc"].extend(failed_zeros)
         for name, values in variables.items():
             metrics[f"val-core/{source}/{name}/mean@{n}"] = float(np.mean(values))
     return metrics

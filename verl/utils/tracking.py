@@ -13,11 +13,25 @@ from tqdm import tqdm
 # The handful of numbers shown on the progress bar; everything goes to the other sinks.
 CONSOLE_KEYS = {
     "critic/score/mean": "score",
-    "val-core/acc": "val_acc",
     "actor/pg_loss": "pg_loss",
     "response_length/mean": "resp_len",
     "timing_s/step": "step_s",
 }
+
+
+def validation_postfix(metrics: dict[str, float]) -> dict[str, float]:
+    """The validation number for the progress bar: ``val_acc`` (the first data source's
+    ``val-core/<source>/acc/mean@n``) when the scorer reports an accuracy, else ``val_reward`` (its
+    ``val-core/<source>/reward/mean@n``); nothing when the metrics hold no validation."""
+    for name in ("acc", "reward"):
+        for key, value in metrics.items():
+            parts = key.rsplit("/", 2)  # a data source may hold "/" itself (openai/gsm8k)
+            if len(parts) != 3:
+                continue
+            source, metric, stat = parts
+            if source.startswith("val-core/") and metric == name and stat.startswith("mean@"):
+                return {f"val_{name}": value}
+    return {}
 
 
 def _jsonable(value: Any) -> Any:
@@ -81,15 +95,9 @@ class Tracking:
         if self.wandb is not None:
             self.wandb.log(metrics, step=step)
         if self.progress is not None:
-            shown = {}
-            for key, label in CONSOLE_KEYS.items():
-                matches = [
-                    v
-                    for k, v in metrics.items()
-                    if k == key or (k.startswith("val-core/") and key == "val-core/acc" and "/acc/" in k)
-                ]
-                if matches:
-                    shown[label] = f"{matches[0]:.3g}"
+            numbers = {label: metrics[key] for key, label in CONSOLE_KEYS.items() if key in metrics}
+            numbers.update(validation_postfix(metrics))
+            shown = {label: f"{value:.3g}" for label, value in numbers.items()}
             self.progress.set_postfix(shown, refresh=False)
             self.progress.update(max(0, step - self.progress.n))
 

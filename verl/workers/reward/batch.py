@@ -71,8 +71,8 @@ def score_batch(
     name = describe_function(compute_score)
     size = len(samples)
 
-    def fail(reason: str) -> RewardBatchError:
-        return RewardBatchError(f"batched reward function {name} {reason} on a batch of {size} samples")
+    def fail(reason: str, hint: str = "") -> RewardBatchError:
+        return RewardBatchError(f"batched reward function {name} {reason} on a batch of {size} samples", hint)
 
     call = partial(
         compute_score,

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from verl.config.errors import ConfigError
 from verl.workers.reward.manager import NaiveRewardManager, error_handling_kwargs, register_reward_manager
 
 
@@ -32,9 +33,9 @@ class DAPORewardManager(NaiveRewardManager):
         self.overlong_buffer = overlong_buffer
         if overlong_buffer is not None and overlong_buffer.enable:
             if max_resp_len is None or not 0 < overlong_buffer.len < max_resp_len:
-                raise ValueError(
-                    f"reward_model.overlong_buffer.len ({overlong_buffer.len}) must be in (0, "
-                    f"data.max_response_length={max_resp_len})"
+                raise ConfigError(
+                    f"reward_model.overlong_buffer.len must be in [1, data.max_response_length) = [1, "
+                    f"{max_resp_len}); got {overlong_buffer.len}"
                 )
         self.max_resp_len = max_resp_len
 

@@ -4,10 +4,11 @@ A reward manager decodes each response, looks up its ground truth and data sourc
 function and writes the scalar score at the response's last valid token (the "outcome reward"
 convention that the advantage estimators expect).
 
-A scoring function that raises, hangs past ``reward_model.timeout_s`` or returns NaN / inf / a
-non-number is a :class:`RewardFunctionError` naming the sample. ``reward_model.error_policy`` decides:
-``fail`` raises it, ``zero`` logs it, scores the sample 0 and flags it in the ``reward_error`` extra
-field (one bool per sample; the trainer sums it into ``reward/errors``).
+A scoring function that raises, runs past ``reward_model.timeout_s`` (60 s by default; null = no
+limit) or returns NaN / inf / a non-number is a :class:`RewardFunctionError` naming the sample.
+``reward_model.error_policy`` decides: ``fail`` raises it (and scores no further sample), ``zero`` logs
+it, scores the sample 0 and flags it in the ``reward_error`` extra field (one bool per sample; the
+trainer sums it into ``reward/errors``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -25,7 +26,7 @@ import torch
 
 from verl.utils.registry import Registry
 from verl.workers.reward.scorers import default_compute_score
-from verl.workers.reward.timeout import CallTimeout, TimeLimit, TimeLimitExhausted
+from verl.workers.reward.timeout import DEFAULT_TIMEOUT_S, CallTimeout, Outcome, TimeLimit
 
 logger = logging.getLogger(__name__)
 
@@ -47,22 +48,26 @@ class RewardFunctionError(RuntimeError):
     """A scoring function failed or returned something unusable for one sample.
 
     The message names the data source, sample index, ground truth and (truncated) response so a
-    bad row or a buggy scorer can be found without rerunning the rollout.
+    bad row or a buggy scorer can be found without rerunning the rollout. ``hint`` (what to do about it,
+    e.g. raise the time limit) ends the message.
     """
 
-    def __init__(self, reason: str, *, data_source: Any, index: int, ground_truth: Any, response: str):
+    def __init__(
+        self, reason: str, *, data_source: Any, index: int, ground_truth: Any, response: str, hint: str = ""
+    ):
         self.reason = reason
         preview = response
         if len(preview) > _RESPONSE_PREVIEW_CHARS:
             preview = preview[:_RESPONSE_PREVIEW_CHARS] + f"... [{len(response)} chars]"
         super().__init__(
             f"reward function {reason} for sample {index} (data_source={data_source!r}, "
-            f"ground_truth={ground_truth!r}, response={preview!r})"
+            f"ground_truth={ground_truth!r}, response={preview!r})" + (f"; {hint}" if hint else "")
         )
         self.data_source = data_source
         self.index = index
         self.ground_truth = ground_truth
         self.response = response
+        self.hint = hint
 
     def __reduce__(self):  # keyword-only fields: the default pickling would lose them (Ray pickles errors)
         fields = dict(
@@ -70,6 +75,7 @@ class RewardFunctionError(RuntimeError):
             index=self.index,
             ground_truth=self.ground_truth,
             response=self.response,
+            hint=self.hint,
         )
         return (partial(type(self), self.reason, **fields), ())
 
@@ -77,13 +83,14 @@ class RewardFunctionError(RuntimeError):
 class RewardBatchError(RewardFunctionError):
     """A batched reward function failed as a whole, or returned a wrong number of scores."""
 
-    def __init__(self, message: str) -> None:
-        RuntimeError.__init__(self, message)
+    def __init__(self, message: str, hint: str = "") -> None:
+        RuntimeError.__init__(self, message + (f"; {hint}" if hint else ""))
         self.reason = message
+        self.hint = hint
         self.data_source = self.index = self.ground_truth = self.response = None
 
     def __reduce__(self):
-        return (type(self), (self.reason,))
+        return (type(self), (self.reason, self.hint))
 
 
 @dataclass
@@ -139,13 +146,14 @@ def normalize_score(raw: Any, sample: RewardSample) -> ScoreResult:
     return ScoreResult(score=score, extra=extra)
 
 
-def _error(reason: str, sample: RewardSample) -> RewardFunctionError:
+def _error(reason: str, sample: RewardSample, hint: str = "") -> RewardFunctionError:
     return RewardFunctionError(
         reason,
         data_source=sample.data_source,
         index=sample.index,
         ground_truth=sample.ground_truth,
         response=sample.response_str,
+        hint=hint,
     )
 
 
@@ -163,20 +171,59 @@ def check_error_policy(error_policy: str) -> str:
     return error_policy
 
 
-def call_scorer(fn: Callable[[], Any], time_limit: TimeLimit | None, fail: Callable[[str], Exception]) -> Any:
-    """``fn()`` under the time limit; a timeout or an exception becomes ``fail(reason)``, chained.
+_MAIN_THREAD_ONLY = "signal only works in main thread"
+"""Python's ValueError from ``signal.signal`` / ``signal.alarm`` off the main thread (scorers with
+signal-based timeouts, e.g. math_verify's default)."""
 
-    The time limit refusing to start more calls (too many hung threads) is not the sample's fault and
-    passes through, so no error policy can hide it.
+
+def run_calls(
+    calls: Sequence[Callable[[], Any]], time_limit: TimeLimit | None, *, stop_on_error: bool
+) -> Iterator[Outcome]:
+    """The outcome of each call, in order: under the time limit (the whole list handed to its thread at
+    once) or on this thread. With ``stop_on_error`` the calls after the first failure are not run (under
+    the time limit) or not reached (here, when the caller stops reading).
+
+    The time limit refusing to start more calls (too many hung threads) is not a sample's fault: its
+    :class:`TimeLimitExhausted` passes through, so no error policy can hide it.
     """
-    try:
-        return time_limit(fn) if time_limit is not None else fn()
-    except TimeLimitExhausted:
-        raise
-    except CallTimeout as exc:
-        raise fail(str(exc)) from exc
-    except Exception as exc:
-        raise fail(f"raised {type(exc).__name__}: {exc}") from exc
+    if time_limit is not None:
+        yield from time_limit.map(calls, stop_on_error=stop_on_error)
+        return
+    for fn in calls:
+        try:
+            yield True, fn()
+        except Exception as exc:
+            yield False, exc
+
+
+def call_failure(
+    exc: BaseException, time_limit: TimeLimit | None, fail: Callable[..., Exception]
+) -> Exception:
+    """The error for a failed call, ``fail(reason, hint=...)`` chained to ``exc``; a BaseException that is
+    not an Exception (KeyboardInterrupt, SystemExit) is raised as it is."""
+    if not isinstance(exc, Exception):
+        raise exc
+    if isinstance(exc, CallTimeout):
+        error = fail(str(exc), hint=exc.hint)
+    else:
+        hint = ""
+        if time_limit is not None and _MAIN_THREAD_ONLY in str(exc):
+            hint = (
+                "reward_model.timeout_s runs the reward function on a helper thread, where signal-based "
+                "timeouts cannot work: set reward_model.timeout_s=null to call it on the calling thread, or "
+                "turn off its own signal timeout"
+            )
+        error = fail(f"raised {type(exc).__name__}: {exc}", hint=hint)
+    error.__cause__ = exc
+    return error
+
+
+def call_scorer(fn: Callable[[], Any], time_limit: TimeLimit | None, fail: Callable[..., Exception]) -> Any:
+    """``fn()`` under the time limit; a timeout or an exception raises ``fail(reason, hint=...)``, chained."""
+    ok, value = next(run_calls([fn], time_limit, stop_on_error=True))
+    if not ok:
+        raise call_failure(value, time_limit, fail)
+    return value
 
 
 def apply_error_policy(error: RewardFunctionError, error_policy: str) -> ScoreResult:
@@ -214,21 +261,24 @@ def score_samples(
     ``RewardFunctionError`` chained to the cause, raised or scored 0 per ``error_policy``.
     """
     check_error_policy(error_policy)
+    calls = [
+        partial(
+            compute_score,
+            data_source=sample.data_source,
+            solution_str=sample.response_str,
+            ground_truth=sample.ground_truth,
+            extra_info=sample.extra_info,
+        )
+        for sample in samples
+    ]
+    # error_policy=fail stops at the first failure: the calls after it are not run.
+    outcomes = run_calls(calls, time_limit, stop_on_error=error_policy == "fail")
     results: list[ScoreResult] = []
-    for sample in samples:
+    for sample, (ok, value) in zip(samples, outcomes, strict=True):
         try:
-            raw = call_scorer(
-                partial(
-                    compute_score,
-                    data_source=sample.data_source,
-                    solution_str=sample.response_str,
-                    ground_truth=sample.ground_truth,
-                    extra_info=sample.extra_info,
-                ),
-                time_limit,
-                partial(_error, sample=sample),
-            )
-            results.append(normalize_score(raw, sample))
+            if not ok:
+                raise call_failure(value, time_limit, partial(_error, sample=sample))
+            results.append(normalize_score(value, sample))
         except RewardFunctionError as error:
             results.append(apply_error_policy(error, error_policy))
     report_errors(results, error_policy)
@@ -281,7 +331,7 @@ class NaiveRewardManager:
             to :func:`default_compute_score`.
         reward_fn_key: non-tensor key holding each sample's data source.
         error_policy: ``reward_model.error_policy``, ``fail`` or ``zero`` (see the module docstring).
-        timeout_s: ``reward_model.timeout_s``, seconds per scoring call; None = no limit.
+        timeout_s: ``reward_model.timeout_s``, seconds per scoring call (default 60); None = no limit.
     """
 
     def __init__(
@@ -291,7 +341,7 @@ class NaiveRewardManager:
         compute_score: ComputeScoreFn | None = None,
         reward_fn_key: str = "data_source",
         error_policy: str = "fail",
-        timeout_s: float | None = None,
+        timeout_s: float | None = DEFAULT_TIMEOUT_S,
     ) -> None:
         self.tokenizer = tokenizer
         self.num_examine = num_examine
@@ -432,5 +482,5 @@ def error_handling_kwargs(config: Any) -> dict[str, Any]:
     defaults: a custom manager whose constructor predates them keeps working until it needs them."""
     section = config.reward_model
     kwargs = {"error_policy": section.error_policy, "timeout_s": section.timeout_s}
-    defaults = {"error_policy": "fail", "timeout_s": None}
+    defaults = {"error_policy": "fail", "timeout_s": DEFAULT_TIMEOUT_S}
     return {k: v for k, v in kwargs.items() if v != defaults[k]}

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from verl.config.errors import ConfigError
 from verl.models.plumbing import position_ids
 from verl.protocol import DataProto
 from verl.utils.registry import Registry
@@ -39,11 +40,28 @@ class SamplingParams:
     top_k: int = -1
     max_new_tokens: int = 32
 
+    def __post_init__(self) -> None:
+        if self.do_sample and not self.temperature > 0:
+            raise ValueError(
+                f"SamplingParams(do_sample=True, temperature={self.temperature}): sampling needs a "
+                "temperature > 0; greedy decoding is do_sample=False"
+            )
+
     @classmethod
     def from_config(cls, section: Any, max_new_tokens: int) -> SamplingParams:
-        do_sample = bool(section.do_sample) and section.temperature > 0
+        """``do_sample`` alone decides between sampling and greedy decoding: a temperature <= 0 with
+        ``do_sample=true`` is refused (as config validation does) instead of silently decoding greedily."""
+        if section.do_sample and not section.temperature > 0:
+            raise ConfigError(
+                f"temperature must be > 0 when do_sample=true; got {section.temperature} (temperature 0 is "
+                "greedy decoding: set do_sample=false for it)"
+            )
         return cls(
-            do_sample, float(section.temperature), float(section.top_p), int(section.top_k), max_new_tokens
+            bool(section.do_sample),
+            float(section.temperature),
+            float(section.top_p),
+            int(section.top_k),
+            max_new_tokens,
         )
 
 

@@ -27,8 +27,11 @@ def register_scorer(name: str, *, overwrite: bool = False) -> Callable[[ScoreFn]
 
 
 @register_scorer("arithmetic")
-def _arithmetic(solution_str: str, ground_truth: Any, extra_info: Any = None) -> float:
-    return arithmetic.compute_score(solution_str, ground_truth, extra_info=extra_info)
+def _arithmetic(solution_str: str, ground_truth: Any, extra_info: Any = None) -> dict[str, float]:
+    """The score (1.0 correct, 0.0 not) is exactly correctness, so it is reported as ``acc`` too: validation
+    then shows ``val-core/arithmetic/acc/mean@n`` (a score alone is reported as ``.../reward/mean@n``)."""
+    score = arithmetic.compute_score(solution_str, ground_truth, extra_info=extra_info)
+    return {"score": score, "acc": score}
 
 
 def _gsm8k(solution_str: str, ground_truth: Any, extra_info: Any = None) -> float:
