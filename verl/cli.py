@@ -42,7 +42,7 @@ def _headline_line(key: str, before: float | None, after: float | None) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from verl.config import load_config, to_yaml
-    from verl.trainer.prepare import plan_inputs, prepare_inputs, resolve_inputs
+    from verl.trainer.prepare import check_inputs, plan_inputs, prepare_inputs, resolve_inputs
     from verl.trainer.rl_trainer import RLTrainer
     from verl.trainer.run_dir import check_run_directory
 
@@ -59,7 +59,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         for artifact in plan_inputs(config).artifacts():
             print(f"# prepare: {artifact.describe()}")
         return 0
-    # Refuse a locked or occupied run directory before minutes of building data and models.
+    # Refuse missing inputs and a locked or occupied run directory before minutes of building data and models.
+    check_inputs(config)
     check_run_directory(resolve_inputs(config))
     start = time.perf_counter()
     trainer = RLTrainer(prepare_inputs(config))

@@ -16,6 +16,14 @@ PROMPT_WIDTH_LIMIT = 1024
 that chat templates with a system prompt (SmolLM2's) fit."""
 
 
+def prompt_width(model_path: str | Path, response_length: int) -> int:
+    """``PROMPT_WIDTH_LIMIT``, lowered so that prompt + response fit the model's positions (verl refuses more)."""
+    import json
+
+    positions = json.loads((Path(model_path) / "config.json").read_text()).get("max_position_embeddings")
+    return min(PROMPT_WIDTH_LIMIT, positions - response_length) if positions else PROMPT_WIDTH_LIMIT
+
+
 def recipe_config(overrides: Sequence[str] = ()) -> Any:
     """The default recipe with ``overrides`` (raises ``ConfigError`` for values it refuses)."""
     from verl.config import load_config

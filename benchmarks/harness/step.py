@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness.common import PROMPT_WIDTH_LIMIT, attn_implementation, recipe_config
+from benchmarks.harness.common import attn_implementation, prompt_width, recipe_config
 from benchmarks.harness.measure import Case, Prepared, median
 from benchmarks.harness.rollout import engines
 from verl.data import collate_rl, iterate_batches
@@ -81,7 +81,7 @@ def step_config(case: Case, out_dir: str) -> Any:
         [
             f"data.train_files={data / 'train.parquet'}",
             f"data.val_files={data / 'test.parquet'}",
-            f"data.max_prompt_length={PROMPT_WIDTH_LIMIT}",
+            f"data.max_prompt_length={prompt_width(case.model_path, recipe_config().data.max_response_length)}",
             # A sample of the task is as good as all of it for timing, and loads in a fraction of the time.
             f"data.train_max_samples={STEP_PROMPT_POOL}",
             "data.val_max_samples=16",

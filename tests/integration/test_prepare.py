@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from verl.config import ConfigError, load_config
+from verl.errors import InputError
 from verl.trainer.prepare import ARTIFACT_FORMAT, plan_inputs, prepare_inputs
 
 pytestmark = pytest.mark.slow
@@ -58,7 +59,7 @@ def test_an_unknown_task_is_named_before_anything_is_built():
         keys("prepare.task=nope")
 
 
-def test_paths_the_user_gives_are_used_as_they_are(tmp_path):
+def test_paths_the_user_gives_are_used_as_they_are(tmp_path, tiny_model_dir):
     train = tmp_path / "mine.parquet"
     model = tmp_path / "my-model"
     only_model = keys(f"actor_rollout_ref.model.path={model}")
@@ -68,9 +69,16 @@ def test_paths_the_user_gives_are_used_as_they_are(tmp_path):
     assert set(with_data) == {"tiny-model", "tiny-model-sft"}  # the warm start trains on the user's file
     train.write_bytes(b"edited")
     assert keys(f"data.train_files={train}")["tiny-model-sft"] != with_data["tiny-model-sft"]
-    config = prepare_inputs(load_config(None, ["prepare.enable=false", f"actor_rollout_ref.model.path={model}",
+    config = prepare_inputs(load_config(None, ["prepare.enable=false", f"actor_rollout_ref.model.path={tiny_model_dir}",
                                                f"data.train_files={train}"]))  # fmt: skip
-    assert config.actor_rollout_ref.model.path == str(model) and not model.exists()
+    assert config.actor_rollout_ref.model.path == str(tiny_model_dir)
+    # A model path that does not exist is refused, and nothing is created there.
+    with pytest.raises(
+        InputError, match=r"actor_rollout_ref\.model\.path=.*my-model: the model directory does not exist"
+    ):
+        prepare_inputs(load_config(None, ["prepare.enable=false", f"actor_rollout_ref.model.path={model}",
+                                          f"data.train_files={train}"]))  # fmt: skip
+    assert not model.exists()
 
 
 def test_three_first_runs_at_once_build_each_artifact_once(tmp_path):

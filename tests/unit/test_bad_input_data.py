@@ -55,7 +55,9 @@ def test_no_files_names_the_key(tokenizer):
 def test_unreadable_files_name_the_path(tmp_path, tokenizer, monkeypatch):
     directory = tmp_path / "dir.jsonl"
     directory.mkdir()
-    with pytest.raises(DatasetError, match=r"dir\.jsonl \(data\.train_files\): is not a regular file"):
+    with pytest.raises(
+        DatasetError, match=r"dir\.jsonl \(data\.train_files\): is a directory, not a dataset file"
+    ):
         RLDataset(directory, tokenizer, files_key="data.train_files")
 
     latin1 = tmp_path / "latin1.jsonl"
@@ -82,7 +84,7 @@ def test_unreadable_files_name_the_path(tmp_path, tokenizer, monkeypatch):
 def test_empty_dataset_names_the_file(tmp_path, tokenizer):
     empty = write_lines(tmp_path / "empty.jsonl", [])
     with pytest.raises(
-        DatasetError, match=r"empty dataset: no usable rows in .*empty\.jsonl \(data\.train_files\)"
+        DatasetError, match=r"empty dataset file: no rows in .*empty\.jsonl \(data\.train_files\)"
     ):
         RLDataset(empty, tokenizer, files_key="data.train_files")
     all_bad = write_lines(tmp_path / "all_bad.jsonl", ["{oops", json.dumps({"question": 1})])

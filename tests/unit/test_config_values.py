@@ -282,7 +282,14 @@ def test_dapo_overlong_buffer_just_below_the_response_length_loads() -> None:
 def test_sft_boundaries_load() -> None:
     cfg = load_config(
         None,
-        ["model.path=m", "optim.grad_clip=0.01", "optim.lr=0", "data.train_max_samples=1", "trainer.seed=0"],
+        [
+            "model.path=m",
+            "data.train_files=d.parquet",
+            "optim.grad_clip=0.01",
+            "optim.lr=0",
+            "data.train_max_samples=1",
+            "trainer.seed=0",
+        ],
         schema=SFTConfig,
     )
     assert cfg.optim.grad_clip == 0.01 and cfg.data.train_max_samples == 1
@@ -304,8 +311,10 @@ def test_single_response_estimators_accept_n_1(estimator: str) -> None:
 
 
 def test_every_registered_estimator_is_classified() -> None:
-    # a new estimator must be added to GROUP_ESTIMATORS (or to this list) on purpose
-    assert set(ADV_ESTIMATOR_REGISTRY) == set(GROUP_ESTIMATORS) | {"gae", "reinforce_plus_plus", "remax"}
+    # a new estimator must be added to GROUP_ESTIMATORS (or to this list) on purpose; other tests register
+    # estimators of their own, which are not verl's
+    builtin = {name for name, fn in ADV_ESTIMATOR_REGISTRY.items() if fn.__module__.startswith("verl.")}
+    assert builtin == set(GROUP_ESTIMATORS) | {"gae", "reinforce_plus_plus", "remax"}
 
 
 def test_n_0_reports_the_lower_bound_only() -> None:

@@ -13,7 +13,7 @@ class SFTDataConfig:
     """``data`` of the SFT config: prompt/response pairs."""
 
     train_files: Any = None
-    """training parquet file(s): a path or a list of paths"""
+    """training parquet / jsonl file(s): a path or a list of paths (required; checked before the model loads)"""
     val_files: Any = None
     """validation parquet file(s): not built yet (verl sft has no validation pass), so only None is accepted"""
     prompt_key: str = "prompt"

@@ -390,6 +390,8 @@ def _sft_config_errors(cfg: DictConfig) -> list[str]:
     _off_or_at_least(errors, "data.train_max_samples", data.train_max_samples, -1, "all rows")
     if not str(cfg.model.path).strip():
         errors.append("model.path is required (a model directory or hub id); got ''")
+    if data.train_files is None:
+        errors.append("data.train_files is required (the parquet / jsonl file(s) to train on); got null")
     _optim_errors(errors, "optim", cfg.optim)
     _trainer_loop_errors(errors, cfg.trainer)
     errors.extend(sft_backend_errors(cfg))

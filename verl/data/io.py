@@ -7,6 +7,7 @@ twenty minutes into loading a cluster job is the thing this module exists to pre
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import os
@@ -31,6 +32,10 @@ MISSING = object()
 
 class DatasetError(InputError):
     """A dataset file or row is missing, malformed, or does not fit the configured limits."""
+
+
+class DataFileNotFoundError(DatasetError, FileNotFoundError):
+    """A dataset file the config names does not exist (also a FileNotFoundError, as it always was)."""
 
 
 class BadRows:
@@ -108,6 +113,115 @@ def _check_extension(path: Path, key: str | None = None) -> str:
     return ext
 
 
+def _exists(path: Path) -> bool:
+    """``path.exists()``, False for a path the OS refuses to look at (a name too long, a loop of links)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
+def _list_dir(directory: Path) -> list[str]:
+    try:
+        return sorted(name for name in os.listdir(directory) if not name.startswith("."))
+    except OSError:
+        return []
+
+
+def _similarity(name: str, candidate: str) -> float:
+    """How alike two file names are; with the same extension only the stems count (every ``*.parquet``
+    would otherwise look like ``nope.parquet``)."""
+    a, b = Path(name), Path(candidate)
+    if a.suffix and a.suffix.lower() == b.suffix.lower():
+        name, candidate = a.stem, b.stem
+    return difflib.SequenceMatcher(None, name.lower(), candidate.lower()).ratio()
+
+
+def closest_name(name: str, directory: Path, cutoff: float = 0.6) -> str | None:
+    """The entry of ``directory`` most like ``name`` (a typo's likely target), or None."""
+    scored = [(_similarity(name, candidate), candidate) for candidate in _list_dir(directory)]
+    scored = [sc for sc in scored if sc[0] >= cutoff]
+    return max(scored)[1] if scored else None
+
+
+def missing_path_hint(path: PathLike, kinds: Sequence[str] = (), dirs: bool = False) -> str:
+    """What to say after "X does not exist": the nearest existing path (a typo fixed in any component), or
+    which directory on the way is missing, or what the directory holds (entries ending in ``kinds``; only
+    directories with ``dirs``).
+
+    Only lists directories; never creates anything.
+    """
+    path = Path(os.path.abspath(Path(path).expanduser()))
+    guess: Path | None = Path(path.anchor)
+    first_missing: Path | None = None
+    for part in path.parts[1:]:
+        if _exists(guess / part):
+            guess = guess / part
+            continue
+        first_missing = first_missing or guess / part
+        if guess.is_file():
+            return f"; {guess} is a file, not a directory"
+        match = closest_name(part, guess) if guess.is_dir() else None
+        if match is None:
+            guess = None
+            break
+        guess = guess / match
+    if guess is not None and guess != path and _exists(guess):
+        return f"; did you mean {guess}?"
+    if first_missing is not None and first_missing != path:
+        return f"; the directory {first_missing} does not exist"
+    entries = [
+        e
+        for e in _list_dir(path.parent)
+        if (not kinds or e.lower().endswith(tuple(kinds))) and (not dirs or (path.parent / e).is_dir())
+    ]
+    if not entries:
+        return f"; {path.parent} holds no {' / '.join(kinds) or ('directories' if dirs else 'entries')}"
+    return f"; {path.parent} holds {', '.join(entries[:6])}{', ...' if len(entries) > 6 else ''}"
+
+
+def check_data_file(path: PathLike, key: str | None = None) -> str:
+    """Check that ``path`` is an existing regular file with a dataset extension (without reading it);
+    returns the extension. The errors name the path and ``key``, and suggest the nearest existing file."""
+    p = Path(path).expanduser()
+    label = _label(p, key)
+    try:
+        p.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        pass  # said below, with the nearest existing path
+    except OSError as exc:  # a name too long, a loop of symlinks, no permission to look
+        raise DatasetError(f"{label}: cannot use this path ({exc.strerror or exc})") from exc
+    if not p.exists():
+        hint = missing_path_hint(p, SUPPORTED_EXTENSIONS)
+        parts = [Path(x.strip()).expanduser() for x in str(path).split(",")]
+        if len(parts) > 1 and all(x.is_file() for x in parts):
+            hint = f"; to give several files, write a list: {key or 'the key'}=[{','.join(map(str, parts))}]"
+        raise DataFileNotFoundError(f"dataset file {label} does not exist{hint}")
+    if p.is_dir():
+        files = [e for e in _list_dir(p) if e.lower().endswith(SUPPORTED_EXTENSIONS)]
+        if not files:
+            raise DatasetError(
+                f"{label}: is a directory, not a dataset file, and holds no {' / '.join(SUPPORTED_EXTENSIONS)} files"
+            )
+        shown = ",".join(str(p / f) for f in files[:6]) + (",..." if len(files) > 6 else "")
+        raise DatasetError(
+            f"{label}: is a directory, not a dataset file; give the files in it, as a list for several: "
+            f"{key or 'the key'}=[{shown}]"
+        )
+    if not p.is_file():
+        raise DatasetError(f"{label}: is not a regular file")
+    return _check_extension(p, key)
+
+
+def check_data_files(paths: PathLike | Iterable[PathLike] | None, key: str | None = None) -> list[str]:
+    """:func:`check_data_file` on each of ``paths`` (one path or a list; none at all is an error naming
+    ``key``), before anything reads them or any expensive work starts; returns the expanded paths."""
+    files = as_path_list(paths, key)
+    for path in files:
+        check_data_file(path, key)
+    return files
+
+
 def _read_parquet(path: Path, key: str | None) -> IndexedRows:
     import pyarrow.parquet as pq
 
@@ -178,11 +292,7 @@ def _read_json_lines(path: Path, key: str | None, bad_rows: BadRows) -> IndexedR
 def _read_indexed(path: PathLike, key: str | None = None, bad_rows: BadRows | None = None) -> IndexedRows:
     """``(row_index, row)`` for each usable row; file-level problems always raise, naming path and key."""
     p = Path(path).expanduser()
-    ext = _check_extension(p, key)
-    if not p.exists():
-        raise FileNotFoundError(f"dataset file {_label(p, key)} does not exist")
-    if not p.is_file():
-        raise DatasetError(f"{_label(p, key)}: is not a regular file")
+    ext = check_data_file(p, key)
     if ext == ".parquet":
         return _read_parquet(p, key)
     return _read_json_lines(p, key, bad_rows or BadRows("fail"))
@@ -217,10 +327,36 @@ def read_files(
     config key the paths came from (``data.train_files``), named in file-level errors; ``bad_rows``
     decides about unparsable JSON lines (default: fail). A missing or unreadable file always fails.
     """
+    bad_rows = bad_rows or BadRows("fail")
     out: list[tuple[str, int, dict[str, Any]]] = []
-    for path in as_path_list(paths, key):
-        out.extend((path, i, row) for i, row in _read_indexed(path, key, bad_rows))
+    for path in check_data_files(paths, key):  # every file, before reading a large first one
+        skipped = bad_rows.count
+        rows = _read_indexed(path, key, bad_rows)
+        if not rows and bad_rows.count == skipped:
+            raise DatasetError(f"empty dataset file: no rows in {_label(Path(path), key)}")
+        out.extend((path, i, row) for i, row in rows)
     return out
+
+
+def check_columns(
+    records: Sequence[tuple[str, int, dict[str, Any]]], fields: dict[str, str], key: str | None = None
+) -> None:
+    """A parquet file whose schema lacks a needed column fails as a whole, whatever ``data.bad_rows`` says
+    (it is the wrong file or the wrong setting, not a few bad rows). ``fields`` maps each (dotted) field to
+    the config key that names it; only its first component is a column."""
+    first_rows: dict[str, dict[str, Any]] = {}
+    for path, _, row in records:
+        first_rows.setdefault(path, row)
+    for path, row in first_rows.items():
+        if Path(path).suffix.lower() != ".parquet":
+            continue  # JSON rows can each have their own fields: checked row by row
+        for field, setting in fields.items():
+            column = field.split(".")[0]
+            if column not in row:
+                raise DatasetError(
+                    f"{_label(Path(path), key)}: no column {column!r} ({setting}={field}); its columns are "
+                    f"{list(row)}: set {setting} to the column that holds it"
+                )
 
 
 def write_rows(path: PathLike, rows: Sequence[dict[str, Any]]) -> Path:

@@ -7,6 +7,7 @@ prompt fails the run before any model is loaded, with the file and row to fix (o
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -14,7 +15,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from verl.data.io import BadRows, DatasetError, PathLike, as_path_list, check_required, read_files
+from verl.data.io import (
+    BadRows,
+    DatasetError,
+    PathLike,
+    as_path_list,
+    check_columns,
+    check_required,
+    read_files,
+)
 from verl.models.plumbing import position_ids
 
 if TYPE_CHECKING:
@@ -27,10 +36,60 @@ TRUNCATION_MODES = ("error", "left", "right", "middle")
 Messages = list[dict[str, Any]]
 
 
-def normalize_messages(prompt: Any, where: str, field: str = "prompt") -> Messages:
-    """Validate a prompt and return it as chat messages; a plain string becomes one user message."""
+def messages_from_json_text(text: str) -> Messages | None:
+    """The chat messages a string holds as JSON text (``'[{"role": "user", "content": "1+1?"}]'``, what
+    a messages column becomes when a pipeline writes it with ``json.dumps``), or None for any other text.
+
+    Only a JSON list of objects that each have ``role`` and ``content`` counts: other text that starts
+    with ``[`` is a prompt like any other.
+    """
+    stripped = text.strip()
+    if not (stripped.startswith("[") and stripped.endswith("]")):
+        return None
+    try:
+        value = json.loads(stripped)
+    except ValueError:
+        return None
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(m, dict) and "role" in m and "content" in m for m in value)
+    ):
+        return value
+    return None
+
+
+def to_messages(prompt: Any, where: str, field: str = "prompt") -> tuple[Messages, bool]:
+    """:func:`normalize_messages`, and whether the prompt was chat messages held as JSON text (decoded)."""
     if isinstance(prompt, str):
-        return [{"role": "user", "content": prompt}]
+        decoded = messages_from_json_text(prompt)
+        if decoded is None:
+            return [{"role": "user", "content": prompt}], False
+        return normalize_messages(decoded, where, field), True
+    return normalize_messages(prompt, where, field), False
+
+
+def log_decoded_json(n_decoded: int, n_rows: int, field: str, files: Sequence[str]) -> None:
+    """One INFO line for a dataset whose prompt column held chat messages as JSON text."""
+    if n_decoded:
+        logger.info(
+            "the %r column (data.prompt_key) held chat messages as JSON text in %d of %d rows of %s; "
+            "decoded them as messages",
+            field,
+            n_decoded,
+            n_rows,
+            ", ".join(files),
+        )
+
+
+def normalize_messages(prompt: Any, where: str, field: str = "prompt") -> Messages:
+    """Validate a prompt and return it as chat messages; a plain string becomes one user message, and a
+    string holding a JSON list of ``{role, content}`` messages is decoded (:func:`messages_from_json_text`)."""
+    if isinstance(prompt, str):
+        decoded = messages_from_json_text(prompt)
+        if decoded is None:
+            return [{"role": "user", "content": prompt}]
+        prompt = decoded
     if isinstance(prompt, np.ndarray):  # parquet read through pandas/datasets yields arrays
         prompt = prompt.tolist()
     if not isinstance(prompt, (list, tuple)) or not prompt:
@@ -137,19 +196,21 @@ class RLDataset(torch.utils.data.Dataset):
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
 
         records = read_files(self.files, key=files_key, bad_rows=self._bad_rows)
+        check_columns(records, {prompt_key: "data.prompt_key"}, files_key)
         if max_samples is not None and max_samples >= 0:
             records = records[:max_samples]
         self.rows: list[dict[str, Any]] = []
         self.prompt_ids: list[list[int]] = []
         self.sources: list[tuple[str, int]] = []
-        n_filtered = n_truncated = 0
+        n_filtered = n_truncated = n_decoded = 0
         for path, row_idx, row in records:
             where = f"{path} row {row_idx}"
             try:
-                messages, ids = self._parse_row(row, where)
+                messages, ids, decoded = self._parse_row(row, where)
             except DatasetError as exc:
                 self._bad_rows.handle(exc)
                 continue
+            n_decoded += decoded
             if len(ids) > max_prompt_length:
                 if filter_overlong_prompts:
                     n_filtered += 1
@@ -167,6 +228,7 @@ class RLDataset(torch.utils.data.Dataset):
             self.rows.append(row)
             self.prompt_ids.append(ids)
             self.sources.append((path, row_idx))
+        log_decoded_json(n_decoded, len(records), prompt_key, self.files)
         self._log_summary(len(records), n_filtered, n_truncated)
         if not self.rows:
             raise DatasetError(self._empty_message(n_filtered))
@@ -181,22 +243,23 @@ class RLDataset(torch.utils.data.Dataset):
         """One message (file, row, reason) per skipped row."""
         return list(self._bad_rows.skipped)
 
-    def _parse_row(self, row: dict[str, Any], where: str) -> tuple[Messages, list[int]]:
-        """Validate one row and tokenise its prompt; every problem is a DatasetError naming ``where``."""
+    def _parse_row(self, row: dict[str, Any], where: str) -> tuple[Messages, list[int], bool]:
+        """Validate one row and tokenise its prompt (and say whether it was decoded from JSON text); every
+        problem is a DatasetError naming ``where``."""
         prompt_key = self.prompt_key
         if prompt_key not in row or row[prompt_key] is None:
             raise DatasetError(
                 f"{where}: missing field {prompt_key!r} (data.prompt_key); row has {sorted(row)}"
             )
         check_required(row, self.required_fields, where)
-        messages = normalize_messages(row[prompt_key], where, prompt_key)
+        messages, decoded = to_messages(row[prompt_key], where, prompt_key)
         try:
             ids = render_prompt(self.tokenizer, messages, self.chat_template_kwargs)
         except DatasetError:
             raise
         except Exception as exc:  # jinja errors from odd messages
             raise DatasetError(f"{where}: chat template failed on field {prompt_key!r}: {exc}") from exc
-        return messages, ids
+        return messages, ids, decoded
 
     def _log_summary(self, n_records: int, n_filtered: int, n_truncated: int) -> None:
         limit = self.max_prompt_length

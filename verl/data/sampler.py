@@ -21,8 +21,15 @@ class EpochSampler:
     """
 
     def __init__(
-        self, num_samples: int, batch_size: int, shuffle: bool = True, seed: int = 0, drop_last: bool = True
+        self,
+        num_samples: int,
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = True,
+        key: str = "data.train_batch_size",
     ) -> None:
+        """``key`` is the config key of ``batch_size``, named when the data cannot fill one batch."""
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         if num_samples < 0:
@@ -36,9 +43,11 @@ class EpochSampler:
         self.position = 0
         if len(self) == 0:
             # An epoch with no batches would make a step-driven trainer loop forever.
-            raise ValueError(
-                f"{num_samples} samples give no batch of size {batch_size} with drop_last={drop_last}; "
-                "use a smaller batch size or more data"
+            from verl.config.errors import ConfigError
+
+            raise ConfigError(
+                f"{key}={batch_size} is more than the {num_samples} usable rows of the training data, so they "
+                f"give no batch of size {batch_size} (drop_last={drop_last}); lower {key} or give more data"
             )
 
     def __len__(self) -> int:

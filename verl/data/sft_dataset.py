@@ -13,8 +13,17 @@ from typing import Any
 
 import torch
 
-from verl.data.io import MISSING, BadRows, DatasetError, PathLike, as_path_list, get_dotted, read_files
-from verl.data.rl_dataset import normalize_messages, render_prompt, require_chat_template
+from verl.data.io import (
+    MISSING,
+    BadRows,
+    DatasetError,
+    PathLike,
+    as_path_list,
+    check_columns,
+    get_dotted,
+    read_files,
+)
+from verl.data.rl_dataset import log_decoded_json, render_prompt, require_chat_template, to_messages
 from verl.models.plumbing import position_ids
 
 logger = logging.getLogger(__name__)
@@ -27,7 +36,8 @@ class SFTDataset(torch.utils.data.Dataset):
 
     ``loss_mask[t] == 1`` means token ``t`` is a training target (predicted from the logits at
     ``t - 1``); the trainer does the shift. ``bad_rows`` works as in :class:`RLDataset` (``fail`` or
-    ``skip``, with the count in :attr:`num_skipped_rows`).
+    ``skip``, with the count in :attr:`num_skipped_rows`); ``files_key`` is the config key the files came
+    from, named in file-level errors.
     """
 
     def __init__(
@@ -41,6 +51,7 @@ class SFTDataset(torch.utils.data.Dataset):
         max_samples: int = -1,
         chat_template_kwargs: dict[str, Any] | None = None,
         bad_rows: str = "fail",
+        files_key: str | None = None,
     ) -> None:
         if truncation not in SFT_TRUNCATION_MODES:
             raise ValueError(f"data.truncation={truncation!r} is not one of {SFT_TRUNCATION_MODES}")
@@ -51,26 +62,29 @@ class SFTDataset(torch.utils.data.Dataset):
             raise DatasetError("the tokenizer has no eos token; SFT needs one to teach the model to stop")
         self._bad_rows = BadRows(bad_rows)
         require_chat_template(tokenizer)  # a tokenizer problem, not a bad row: never skipped
-        self.files = as_path_list(files)
+        self.files = as_path_list(files, files_key)
+        self.files_key = files_key
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.truncation = truncation
         self.prompt_key = prompt_key
         self.response_key = response_key
         self.chat_template_kwargs = chat_template_kwargs
-        records = read_files(self.files, bad_rows=self._bad_rows)
+        records = read_files(self.files, key=files_key, bad_rows=self._bad_rows)
+        check_columns(records, {prompt_key: "data.prompt_key", response_key: "data.response_key"}, files_key)
         if max_samples is not None and max_samples >= 0:
             records = records[:max_samples]
         self.input_ids: list[list[int]] = []
         self.loss_masks: list[list[int]] = []
-        n_truncated = n_no_target = 0
+        n_truncated = n_no_target = n_decoded = 0
         for path, row_idx, row in records:
             where = f"{path} row {row_idx}"
             try:
-                prompt_ids, response_ids = self._parse_row(row, where)
+                prompt_ids, response_ids, decoded = self._parse_row(row, where)
             except DatasetError as exc:
                 self._bad_rows.handle(exc)
                 continue
+            n_decoded += decoded
             ids = prompt_ids + response_ids
             mask = [0] * len(prompt_ids) + [1] * len(response_ids)
             if len(ids) > max_length:
@@ -88,6 +102,7 @@ class SFTDataset(torch.utils.data.Dataset):
                 n_no_target += not any(mask)
             self.input_ids.append(ids)
             self.loss_masks.append(mask)
+        log_decoded_json(n_decoded, len(records), prompt_key, self.files)
         if n_truncated:
             logger.warning(
                 "truncated (%s) %d of %d SFT examples to data.max_length=%d%s",
@@ -101,15 +116,17 @@ class SFTDataset(torch.utils.data.Dataset):
             logger.warning("skipped %d bad SFT rows (bad_rows=skip)", self.num_skipped_rows)
         if not self.input_ids:
             skipped = f" ({self.num_skipped_rows} skipped as bad rows)" if self.num_skipped_rows else ""
-            raise DatasetError(f"empty dataset{skipped}: no rows in {', '.join(self.files)}")
+            key = f" ({files_key})" if files_key else ""
+            raise DatasetError(f"empty dataset{skipped}: no rows in {', '.join(self.files)}{key}")
 
     @property
     def num_skipped_rows(self) -> int:
         """Malformed rows dropped under ``bad_rows=skip``."""
         return self._bad_rows.count
 
-    def _parse_row(self, row: dict[str, Any], where: str) -> tuple[list[int], list[int]]:
-        """Prompt ids and response ids (+ eos) of one row; every problem is a DatasetError naming ``where``."""
+    def _parse_row(self, row: dict[str, Any], where: str) -> tuple[list[int], list[int], bool]:
+        """Prompt ids and response ids (+ eos) of one row, and whether its prompt was decoded from JSON text;
+        every problem is a DatasetError naming ``where``."""
         prompt = row.get(self.prompt_key)
         if prompt is None:
             raise DatasetError(
@@ -122,10 +139,11 @@ class SFTDataset(torch.utils.data.Dataset):
             raise DatasetError(
                 f"{where}: field {self.response_key!r} must be a string or number, got {type(response).__name__}"
             )
-        messages = normalize_messages(prompt, where, self.prompt_key)
+        messages, decoded = to_messages(prompt, where, self.prompt_key)
         prompt_ids = render_prompt(self.tokenizer, messages, self.chat_template_kwargs)
         eos = self.tokenizer.eos_token_id
-        return prompt_ids, list(self.tokenizer.encode(str(response), add_special_tokens=False)) + [eos]
+        response_ids = list(self.tokenizer.encode(str(response), add_special_tokens=False)) + [eos]
+        return prompt_ids, response_ids, decoded
 
     def __len__(self) -> int:
         return len(self.input_ids)

@@ -9,9 +9,11 @@ writes under a unique temporary name that is renamed into place, so runs started
 each artifact once and never see half of one.
 
 Only paths the config leaves unset are filled: ``data.train_files`` / ``val_files`` (when unset,
-``prepare.task`` writes them) and ``actor_rollout_ref.model.path`` (when unset, ``prepare.tiny_model``
-builds a model and ``prepare.sft`` warm-starts it). A path the user gave is used as it is and never
-written to.
+``prepare.task`` writes them; a ``val_files`` the user gave is kept) and ``actor_rollout_ref.model.path``
+(when unset, ``prepare.tiny_model`` builds a model and ``prepare.sft`` warm-starts it). A path the user
+gave is used as it is and never written to: everything is written under ``prepare.cache_dir``. The paths
+the user gave are checked first (:func:`check_inputs`), so a typo fails in a second, not after minutes of
+building.
 """
 
 from __future__ import annotations
@@ -99,6 +101,8 @@ class PreparePlan:
     data: Artifact | None
     init_model: Artifact | None
     sft_model: Artifact | None
+    fill_val_files: bool = True
+    """the task's test split fills ``data.val_files`` (only when the user left it unset)"""
 
     def artifacts(self) -> list[Artifact]:
         return [a for a in (self.data, self.init_model, self.sft_model) if a is not None]
@@ -108,7 +112,8 @@ class PreparePlan:
         updates: dict[str, Any] = {}
         if self.data is not None:
             updates["data.train_files"] = str(self.data.path / "train.parquet")
-            updates["data.val_files"] = str(self.data.path / "test.parquet")
+            if self.fill_val_files:
+                updates["data.val_files"] = str(self.data.path / "test.parquet")
         model = self.sft_model or self.init_model
         if model is not None:
             updates["actor_rollout_ref.model.path"] = str(model.path)
@@ -141,7 +146,7 @@ def plan_inputs(config: TrainerConfig) -> PreparePlan:
             sft_model = Artifact(
                 "tiny-model-sft", {"init": init_model.key, "data": data_key, "sft": settings}, cache_dir
             )
-    return PreparePlan(data, init_model, sft_model)
+    return PreparePlan(data, init_model, sft_model, fill_val_files=config.data.val_files is None)
 
 
 def resolve_inputs(config: TrainerConfig) -> TrainerConfig:
@@ -150,18 +155,78 @@ def resolve_inputs(config: TrainerConfig) -> TrainerConfig:
 
 
 def prepare_inputs(config: TrainerConfig, log: Callable[[str], None] = print) -> TrainerConfig:
-    """Build the artifacts ``config`` needs that are not cached yet; returns the config with their paths."""
+    """Build the artifacts ``config`` needs that are not cached yet; returns the config with their paths.
+
+    The paths the user gave are checked before anything is built (:func:`check_inputs`)."""
+    check_inputs(config)
     plan = plan_inputs(config)
     resolved = with_updates(config, plan.updates())
     if plan.data is not None:
         plan.data.build(lambda out: _write_task(config.prepare, out), log)
     if plan.init_model is not None:
         plan.init_model.build(lambda out: _write_tiny_model(config, out), log)
+        # Before the warm start: a built model too short for the configured lengths fails now.
+        _check_fits(config, plan.init_model.path, also="or raise prepare.tiny_model.max_position_embeddings")
     if plan.sft_model is not None:
         train_files = as_file_list(resolved.data.train_files)
         plan.sft_model.build(lambda out: _warm_start(config, plan.init_model.path, train_files, out), log)
     _check_set(resolved)
     return resolved
+
+
+LENGTHS = "data.max_prompt_length + data.max_response_length"
+
+
+def _critic_enabled(config: TrainerConfig) -> bool:
+    """As the step plan decides it: ``critic.enable``, or by default only for GAE."""
+    if config.critic.enable is None:
+        return config.algorithm.adv_estimator == "gae"
+    return bool(config.critic.enable)
+
+
+def _check_fits(config: TrainerConfig, model_path: Any, also: str = "") -> None:
+    from verl.models.loading import check_fits_model
+
+    longest = config.data.max_prompt_length + config.data.max_response_length
+    check_fits_model(model_path, longest, LENGTHS, also=also)
+
+
+def check_inputs(config: TrainerConfig) -> None:
+    """Check the inputs the user gave, before anything is built, loaded or trained (cheap: no file is read
+    but the models' config.json): the data files exist and are dataset files, the model and tokenizer
+    directories are whole (config.json, tokenizer files) or hub ids, the dtypes are known and the
+    sequence length fits the model. Each problem is an InputError / ConfigError naming the config key."""
+    from verl.data.io import check_data_files
+    from verl.models.loading import check_model_dir, resolve_dtype
+
+    data = config.data
+    if data.train_files is not None:
+        check_data_files(data.train_files, "data.train_files")
+    if data.val_files:  # [] = no validation set
+        check_data_files(data.val_files, "data.val_files")
+    model = config.actor_rollout_ref.model
+    resolve_dtype(model.torch_dtype, "actor_rollout_ref.model.torch_dtype")
+    if model.tokenizer_path:
+        check_model_dir(
+            model.tokenizer_path,
+            "actor_rollout_ref.model.tokenizer_path",
+            need_config=False,
+            need_tokenizer=True,
+        )
+    if str(model.path).strip():
+        check_model_dir(
+            model.path,
+            "actor_rollout_ref.model.path",
+            need_tokenizer=not model.tokenizer_path,
+            tokenizer_key="actor_rollout_ref.model.tokenizer_path",
+        )
+        _check_fits(config, model.path)
+    if _critic_enabled(config):
+        critic = config.critic.model
+        resolve_dtype(critic.torch_dtype, "critic.model.torch_dtype")
+        if critic.path:
+            check_model_dir(critic.path, "critic.model.path")
+            _check_fits(config, critic.path)
 
 
 def _check_task(task: str) -> None:
@@ -190,18 +255,26 @@ def _write_tiny_model(config: TrainerConfig, out: Path) -> None:
 
 def _warm_start(config: TrainerConfig, init_path: Path, train_files: list[str], out: Path) -> None:
     """``verl sft`` of the initial model on the task's training file, written to ``out``."""
+    from verl.errors import UserError
     from verl.trainer.sft_trainer import run_sft
 
-    run_sft(_sft_config(config, init_path, train_files, out))
+    try:
+        run_sft(_sft_config(config, init_path, train_files, out))
+    except UserError as exc:  # its keys are the SFT config's: say where the user sets them
+        raise type(exc)(
+            f"the SFT warm start of the tiny model (verl sft; set its keys as prepare.sft.<key>, e.g. "
+            f"prepare.sft.train_batch_size): {exc}"
+        ) from exc
 
 
 def _sft_config(config: TrainerConfig, init_path: Path, train_files: list[str], out: Path) -> Any:
     """The warm start's SFT config: the sft recipe, the seed and thread count of this run (or
     ``prepare.seed``), then ``prepare.sft`` (which may set its own, e.g. ``torch_threads``)."""
+    # JSON-quoted: a path may hold anything YAML would read as syntax (quotes, ': ', a leading '[').
     overrides = [
-        f"model.path={init_path}",
-        f"data.train_files={train_files}",
-        f"trainer.default_local_dir={out}",
+        f"model.path={json.dumps(str(init_path))}",
+        f"data.train_files={json.dumps([str(f) for f in train_files])}",
+        f"trainer.default_local_dir={json.dumps(str(out))}",
         f"trainer.seed={_warm_start_seed(config)}",
     ]
     if config.trainer.torch_threads:
@@ -230,7 +303,12 @@ def _plain(node: Any) -> Any:
 
 def _files_digest(files: Any) -> str:
     """Content hash of the user's data files: an SFT warm start on other data is another artifact."""
+    from verl.data.io import DatasetError, check_data_files
+
     digest = hashlib.sha256()
-    for path in as_file_list(files):
-        digest.update(Path(path).expanduser().read_bytes())
+    for path in check_data_files(as_file_list(files), "data.train_files"):
+        try:
+            digest.update(Path(path).read_bytes())
+        except OSError as exc:
+            raise DatasetError(f"{path} (data.train_files): cannot read ({exc.strerror or exc})") from exc
     return digest.hexdigest()[:16]

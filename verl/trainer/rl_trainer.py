@@ -29,6 +29,7 @@ from verl.trainer.checkpointing import Checkpointer, drop_metrics_after
 from verl.trainer.controllers import load_controller_class, load_step_function
 from verl.trainer.metrics import compute_data_metrics, compute_throughput_metrics, compute_validation_metrics
 from verl.trainer.plan import StepPlan
+from verl.trainer.prepare import check_inputs
 from verl.trainer.run_dir import RunDirectory, RunPlan
 from verl.trainer.seed_api import apply_seed_arguments
 from verl.trainer.step import StepFn
@@ -67,6 +68,7 @@ class RLTrainer:
             fsdp_config=fsdp_config,
         )  # fmt: skip
         self.config = config
+        check_inputs(config)  # the paths the user gave, before anything is loaded (verl run did it already)
         self.sizes = derive_sizes(config)
         configure_torch_threads(config.trainer.torch_threads)
         set_seed(config.trainer.seed)

@@ -14,8 +14,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from verl.config import ConfigError
 from verl.data import EpochSampler, SFTDataset, collate_sft, iterate_batches
+from verl.data.io import check_data_files
 from verl.models import load_hf_model, tokenizer_for
+from verl.models.loading import check_fits_model, check_model_dir, resolve_dtype
 from verl.utils.seeding import configure_torch_threads, set_seed
 from verl.utils.tracking import Tracking
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
@@ -38,18 +41,40 @@ def sft_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Te
     return (losses * mask).sum() / mask.sum().clamp_min(1.0)
 
 
+def check_sft_inputs(config: Any) -> None:
+    """The data files and the model the SFT config names, checked before anything is loaded: each problem
+    is a ConfigError / InputError naming the key (``data.train_files``, ``model.path``, ...)."""
+    missing = [
+        key
+        for key, value in (("model.path", config.model.path), ("data.train_files", config.data.train_files))
+        if value is None or not str(value).strip() or value == []
+    ]
+    if missing:
+        raise ConfigError(
+            f"{' and '.join(missing)} not set: verl sft needs a model and the data to train on, e.g. "
+            "`verl sft model.path=MODEL_DIR data.train_files=TRAIN.parquet` (or a list: data.train_files=[a,b])"
+        )
+    check_data_files(config.data.train_files, "data.train_files")
+    resolve_dtype(config.model.torch_dtype, "model.torch_dtype")
+    model = config.model
+    if model.tokenizer_path:
+        check_model_dir(model.tokenizer_path, "model.tokenizer_path", need_config=False, need_tokenizer=True)
+    check_model_dir(
+        model.path,
+        "model.path",
+        need_tokenizer=not model.tokenizer_path,
+        tokenizer_key="model.tokenizer_path",
+    )
+    check_fits_model(model.path, config.data.max_length, "data.max_length")
+
+
 def run_sft(config: Any) -> Path:
     """Train ``config.model.path`` on ``config.data.train_files``; save an HF dir to ``trainer.default_local_dir``."""
+    check_sft_inputs(config)
     trainer_cfg = config.trainer
     configure_torch_threads(trainer_cfg.torch_threads)
     set_seed(trainer_cfg.seed)
-    tokenizer = tokenizer_for(config.model)
-    model = load_hf_model(
-        config.model.path,
-        torch_dtype=config.model.torch_dtype,
-        attn_implementation=config.model.attn_implementation,
-        trust_remote_code=config.model.trust_remote_code,
-    )
+    tokenizer = tokenizer_for(config.model, "model")
     dataset = SFTDataset(
         config.data.train_files,
         tokenizer,
@@ -58,8 +83,17 @@ def run_sft(config: Any) -> Path:
         max_length=config.data.max_length,
         truncation=config.data.truncation,
         max_samples=config.data.train_max_samples,
+        files_key="data.train_files",
     )
     sampler = EpochSampler(len(dataset), config.data.train_batch_size, shuffle=True, seed=trainer_cfg.seed)
+    # The model last: a bad row or a batch the data cannot fill fails before a large model is loaded.
+    model = load_hf_model(
+        config.model.path,
+        torch_dtype=config.model.torch_dtype,
+        attn_implementation=config.model.attn_implementation,
+        trust_remote_code=config.model.trust_remote_code,
+        key="model.path",
+    )
     total_steps = trainer_cfg.total_training_steps or len(sampler) * trainer_cfg.total_epochs
     optimizer = build_optimizer(model.parameters(), config.optim)
     scheduler = build_lr_scheduler(optimizer, config.optim, total_steps)

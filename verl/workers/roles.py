@@ -155,6 +155,7 @@ class ActorRolloutRefWorker(Worker):
             torch_dtype=model_cfg.torch_dtype,
             attn_implementation=attention_for(model_cfg.attn_implementation, model_cfg.use_remove_padding),
             trust_remote_code=model_cfg.trust_remote_code,
+            key="actor_rollout_ref.model.path",
         ).to(self.device)
         optimizer, lr_scheduler = prepare_for_training(
             self.actor_model, model_cfg, arr.actor.optim, total_training_steps
@@ -305,6 +306,7 @@ class CriticWorker(Worker):
             torch_dtype=model_cfg.torch_dtype,
             attn_implementation=attention_for(model_cfg.attn_implementation, remove_padding),
             trust_remote_code=model_cfg.trust_remote_code,
+            key="critic.model.path" if model_cfg.path else "actor_rollout_ref.model.path",
         ).to(self.device)
         optimizer, lr_scheduler = prepare_for_training(
             self.value_model, model_cfg, critic_cfg.optim, total_training_steps

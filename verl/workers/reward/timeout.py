@@ -24,6 +24,7 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -136,6 +137,9 @@ class TimeLimit:
     def _start(self) -> queue.SimpleQueue:
         jobs: queue.SimpleQueue = queue.SimpleQueue()
         threading.Thread(target=_serve, args=(jobs,), name="reward-time-limit", daemon=True).start()
+        weakref.finalize(
+            self, jobs.put, _STOP
+        )  # the thread ends with its TimeLimit (e.g. its reward manager)
         self._jobs = jobs
         return jobs
 
