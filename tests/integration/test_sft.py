@@ -64,3 +64,34 @@ def test_sft_loss_only_counts_answer_tokens(tiny_model_dir, arithmetic_files):
         ).item()
         assert sft_loss(model, one).item() == pytest.approx(expected, rel=1e-4)
     assert base > 0
+
+
+def test_sft_never_writes_over_an_earlier_model(tiny_model_dir, arithmetic_files, tmp_path):
+    """A second `verl sft` into the same directory is refused and leaves the first model byte-identical;
+    trainer.on_existing_run=move_aside moves it to a sibling directory instead."""
+    from verl.errors import RunDirError
+
+    train, _ = arithmetic_files
+    out = tmp_path / "sft"
+
+    def config(*extra):
+        base = [f"model.path={tiny_model_dir}", f"data.train_files={train}", "data.train_batch_size=4"]
+        base += [
+            "trainer.total_training_steps=2",
+            "trainer.logger=[jsonl]",
+            f"trainer.default_local_dir={out}",
+        ]
+        return load_config(None, base + list(extra), schema=SFTConfig)
+
+    def files(root):
+        return {p.name: p.read_bytes() for p in root.iterdir() if p.is_file() and p.name != ".verl-run.lock"}
+
+    run_sft(config())
+    first = files(out)
+    with pytest.raises(RunDirError, match="is not empty"):
+        run_sft(config("optim.lr=1e-2"))
+    assert files(out) == first
+    run_sft(config("optim.lr=1e-2", "trainer.on_existing_run=move_aside"))
+    (moved,) = tmp_path.glob("sft.moved-*")
+    assert files(moved) == first
+    assert (out / "model.safetensors").read_bytes() != first["model.safetensors"]

@@ -68,6 +68,9 @@ class SFTTrainerSection:
     """random seed"""
     default_local_dir: str = "outputs/sft"
     """output directory for the fine-tuned model and logs"""
+    on_existing_run: str = "refuse"
+    """default_local_dir is not empty (an earlier model or run): refuse (stop with an error) | move_aside
+    (move its files to <dir>.moved-<time>; nothing is deleted)"""
     logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])
     """metric sinks: console | jsonl | tensorboard | wandb"""
     test_freq: int = -1

@@ -394,6 +394,7 @@ def _sft_config_errors(cfg: DictConfig) -> list[str]:
         errors.append("data.train_files is required (the parquet / jsonl file(s) to train on); got null")
     _optim_errors(errors, "optim", cfg.optim)
     _trainer_loop_errors(errors, cfg.trainer)
+    _choice(errors, "trainer.on_existing_run", cfg.trainer.on_existing_run, ("refuse", "move_aside"))
     errors.extend(sft_backend_errors(cfg))
     return errors
 

@@ -210,6 +210,28 @@ class RunDirectory:
             raise
         return plan
 
+    def claim_empty(self, on_existing_run: str, key: str = "trainer.default_local_dir") -> None:
+        """Lock the directory for an output that starts from nothing (``verl sft``'s model): one that holds
+        files is refused, or with ``move_aside`` its files are moved to a sibling directory first."""
+        if self.root.exists() and not self.root.is_dir():
+            raise RunDirError(f"{key}={self.root} is a file, not a directory")
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._acquire()
+        except PermissionError as e:
+            raise RunDirError(f"{key}={self.root}: cannot write there ({e.strerror})") from None
+        present = sorted(p for p in self.root.iterdir() if p.name != LOCK_FILE)
+        if not present:
+            return
+        if on_existing_run != "move_aside":
+            self.release()
+            names = ", ".join(p.name for p in present[:5]) + (", ..." if len(present) > 5 else "")
+            raise RunDirError(
+                f"{key}={self.root} is not empty ({names}); give a new directory, or set "
+                "trainer.on_existing_run=move_aside (moves those files to a sibling directory, deletes nothing)"
+            )
+        logger.warning("moved the earlier files in %s to %s", self.root, self._move_aside(present))
+
     def _acquire(self) -> None:
         lock = open(self.root / LOCK_FILE, "a+", encoding="utf-8")  # noqa: SIM115 (held until release)
         try:

@@ -19,6 +19,7 @@ from verl.data import EpochSampler, SFTDataset, collate_sft, iterate_batches
 from verl.data.io import check_data_files
 from verl.models import load_hf_model, tokenizer_for
 from verl.models.loading import check_fits_model, check_model_dir, resolve_dtype
+from verl.trainer.run_dir import RunDirectory
 from verl.utils.seeding import configure_torch_threads, set_seed
 from verl.utils.tracking import Tracking
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
@@ -69,8 +70,20 @@ def check_sft_inputs(config: Any) -> None:
 
 
 def run_sft(config: Any) -> Path:
-    """Train ``config.model.path`` on ``config.data.train_files``; save an HF dir to ``trainer.default_local_dir``."""
+    """Train ``config.model.path`` on ``config.data.train_files``; save an HF dir to ``trainer.default_local_dir``
+    (which must be empty, or ``trainer.on_existing_run=move_aside``; it is locked while the run writes)."""
     check_sft_inputs(config)
+    out_dir = Path(config.trainer.default_local_dir).expanduser()
+    output = RunDirectory(out_dir)
+    output.claim_empty(config.trainer.on_existing_run)
+    try:
+        _train(config, out_dir)
+    finally:
+        output.release()
+    return out_dir
+
+
+def _train(config: Any, out_dir: Path) -> None:
     trainer_cfg = config.trainer
     configure_torch_threads(trainer_cfg.torch_threads)
     set_seed(trainer_cfg.seed)
@@ -97,7 +110,6 @@ def run_sft(config: Any) -> Path:
     total_steps = trainer_cfg.total_training_steps or len(sampler) * trainer_cfg.total_epochs
     optimizer = build_optimizer(model.parameters(), config.optim)
     scheduler = build_lr_scheduler(optimizer, config.optim, total_steps)
-    out_dir = Path(trainer_cfg.default_local_dir).expanduser()
     tracking = Tracking(list(trainer_cfg.logger), out_dir, total_steps, experiment_name="sft", desc="sft")
     batches = iterate_batches(
         dataset, sampler, lambda items: collate_sft(items, tokenizer.pad_token_id), num_epochs=None
@@ -120,4 +132,3 @@ def run_sft(config: Any) -> Path:
     tracking.close()
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
-    return out_dir
