@@ -252,6 +252,16 @@ def _debug(args: argparse.Namespace) -> bool:
 ERROR_LABELS = {2: "config error", 3: "input error", 4: "run directory error"}
 
 
+def _on_sigint(signum: int, frame: object) -> None:
+    """First Ctrl-C: unwind (KeyboardInterrupt: the lock is released, workers stop). A second one while
+    that cleanup runs: leave at once (the OS drops the lock; checkpoints are whole or unfinished)."""
+    if getattr(_on_sigint, "pressed", False):
+        print("\ninterrupted again: exiting now", file=sys.stderr)
+        os._exit(130)
+    _on_sigint.pressed = True  # type: ignore[attr-defined]
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run a subcommand; a user error prints one line and returns its exit code (see :mod:`verl.errors`)."""
     parser = build_parser()
@@ -259,29 +269,34 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 0
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    _quiet_libraries()
     import threading
 
-    from verl.errors import UserError
-    from verl.single_controller.flow import StepError
-
     in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
+    if in_main_thread:  # before the heavy imports: a Ctrl-C during them is an interruption like any other
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        _on_sigint.pressed = False  # type: ignore[attr-defined]
+        signal.signal(signal.SIGINT, _on_sigint)
+        signal.signal(signal.SIGTERM, _on_sigterm)
     resume_hint = "the last complete checkpoint (if any) is intact; rerun the same command to resume"
     try:
-        return args.func(args)
-    except UserError as e:
-        if _debug(args):
-            raise
-        print(f"{ERROR_LABELS.get(e.exit_code, 'error')}: {e}", file=sys.stderr)
-        return e.exit_code
-    except StepError as e:
-        if _debug(args):
-            raise
-        # The message names the step, the role, the rank and the cause; the worker's stack trace is in the log.
-        print(f"run failed: {e}", file=sys.stderr)
-        return 1
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+        _quiet_libraries()
+        from verl.errors import UserError
+        from verl.single_controller.flow import StepError
+
+        try:
+            return args.func(args)
+        except UserError as e:
+            if _debug(args):
+                raise
+            print(f"{ERROR_LABELS.get(e.exit_code, 'error')}: {e}", file=sys.stderr)
+            return e.exit_code
+        except StepError as e:
+            if _debug(args):
+                raise
+            # The message names the step, the role, the rank and the cause; the worker's stack trace is in the log.
+            print(f"run failed: {e}", file=sys.stderr)
+            return 1
     except KeyboardInterrupt:
         if _debug(args):
             raise
@@ -291,8 +306,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"terminated (SIGTERM): {resume_hint}", file=sys.stderr)
         return 143
     finally:
-        if in_main_thread:
-            signal.signal(signal.SIGTERM, previous)
+        if in_main_thread and _on_sigint.pressed:  # type: ignore[attr-defined]
+            # Interrupted and cleaned up: a second Ctrl-C while the interpreter shuts down would otherwise
+            # kill it with the signal (Python restores the default handler then); ignored, it exits 130.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        elif in_main_thread:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

@@ -413,3 +413,49 @@ def test_tokenizer_without_pad_or_eos_is_an_input_error():
 def test_unknown_dtype_names_its_key():
     with pytest.raises(ConfigError, match=r"critic\.model\.torch_dtype='fp8': unknown torch_dtype"):
         resolve_dtype("fp8", "critic.model.torch_dtype")
+
+
+# ------------------------------------------------------------------------------ found by the misuse round
+def test_a_misspelt_implementation_name_is_a_config_error_with_the_closest_name():
+    from verl.algorithms import get_adv_estimator_fn
+
+    with pytest.raises(ConfigError, match=r"'grpoo' \(registered: .*\); did you mean 'grpo'\?"):
+        get_adv_estimator_fn("grpoo")
+
+
+def test_names_and_the_reward_file_are_checked_before_anything_is_built(tmp_path):
+    for override, message in [
+        ("actor_rollout_ref.rollout.name=vlm", "unknown rollout engine"),
+        ("actor_rollout_ref.actor.policy_loss.loss_mode=vanila", "did you mean 'vanilla'"),
+        (f"custom_reward_function.path={tmp_path / 'nope.py'}", "custom_reward_function.path="),
+    ]:
+        with pytest.raises((ConfigError, InputError), match=message):
+            check_inputs(load_config(None, [override]))
+
+
+def test_a_logger_typo_names_the_closest_logger():
+    with pytest.raises(
+        ConfigError, match=r"trainer.logger must be one of .*got 'wandbb' \(did you mean 'wandb'\?\)"
+    ):
+        load_config(None, ["trainer.logger=[console,wandbb]"])
+
+
+def test_an_unbalanced_list_override_is_a_config_error():
+    with pytest.raises(
+        ConfigError, match=r"malformed override 'data.train_files=\[a.parquet' for data.train_files"
+    ):
+        load_config(None, ["data.train_files=[a.parquet"])
+
+
+@pytest.mark.parametrize("prompt", ["", "   ", [{"role": "user", "content": ""}]])
+def test_a_prompt_without_text_is_a_bad_row(prompt):
+    with pytest.raises(InputError, match="row 3: field 'prompt' has no text"):
+        normalize_messages(prompt, "train.parquet row 3")
+
+
+def test_corrupt_weights_name_the_weight_file(tiny_model_dir, tmp_path):
+    broken = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, broken)
+    (broken / "model.safetensors").write_bytes(b"")
+    with pytest.raises(InputError, match=r"model.path=.*are its weight files \(model.safetensors\) whole\?"):
+        load_hf_model(broken, key="actor_rollout_ref.model.path")

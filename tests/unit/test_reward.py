@@ -13,7 +13,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from verl.config import TrainerConfig
+from verl.config import ConfigError, TrainerConfig
+from verl.errors import InputError
 from verl.protocol import DataProto
 from verl.workers.reward import (
     SCORERS,
@@ -357,12 +358,20 @@ def test_load_custom_reward_function(tmp_path) -> None:
     path.write_text(CUSTOM)
     assert load_custom_reward_function(path)("s", "r", "g") == 3.0
     assert load_custom_reward_function(str(path), "my_score")("s", "r", "g") == 1.0
-    with pytest.raises(AttributeError, match="missing_fn"):
+    with pytest.raises(ConfigError, match="custom_reward_function.name='missing_fn'.*it defines: .*my_score"):
         load_custom_reward_function(path, "missing_fn")
-    with pytest.raises(TypeError):
+    with pytest.raises(ConfigError, match="it is a int, not a function"):
         load_custom_reward_function(path, "NOT_CALLABLE")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(
+        InputError, match="custom_reward_function.path=.*absent.py does not exist; .* holds my_reward.py"
+    ):
         load_custom_reward_function(tmp_path / "absent.py")
+    (tmp_path / "broken.py").write_text("def f(:\n")
+    with pytest.raises(InputError, match="importing .*broken.py failed: SyntaxError.*line 1"):
+        load_custom_reward_function(tmp_path / "broken.py", "f")
+    (tmp_path / "raises.py").write_text("x = 1\nraise RuntimeError('boom')\n")
+    with pytest.raises(InputError, match="RuntimeError: boom \\(line 2\\)"):
+        load_custom_reward_function(tmp_path / "raises.py", "x")
 
 
 def trainer_config(**sections) -> Any:
@@ -390,5 +399,5 @@ def test_load_reward_manager_defaults() -> None:
     assert manager(data)[0, 1].item() == 1.0
     with pytest.raises(ValueError, match="naive"):
         load_reward_manager(trainer_config(reward_model={"reward_manager": "prime"}), None)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(InputError, match="the directory /nonexistent does not exist"):
         load_reward_manager(trainer_config(custom_reward_function={"path": "/nonexistent/x.py"}), None)

@@ -21,6 +21,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -294,8 +295,13 @@ def _parse_override(override: str) -> tuple[DictConfig, dict[str, Any]]:
     try:
         dot = OmegaConf.from_dotlist([f"{key}={_value}"])
         plain = typing.cast(dict, OmegaConf.to_container(dot, resolve=False))
-    except OmegaConfBaseException as e:
-        raise ConfigError(f"malformed override {override!r}: {str(e).splitlines()[0]}") from None
+    except (OmegaConfBaseException, yaml.YAMLError) as e:
+        # An unbalanced [ or { reaches the YAML parser: say what is wrong with the value, in one line.
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConfigError(
+            f"malformed override {override!r} for {key}: {first}; a list is written [a,b] (quote the whole "
+            "override for the shell)"
+        ) from None
     return dot, plain
 
 

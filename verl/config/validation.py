@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from difflib import get_close_matches
 from numbers import Real
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from verl.config.errors import ConfigError, short_repr
 from verl.config.schema import TrainerConfig
 from verl.config.sizes import TOKEN_BUDGET_KEYS, derive_sizes, token_budgets
 
+LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 TRUNCATION_MODES = ("error", "left", "right")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 LR_SCHEDULERS = ("constant", "cosine")
@@ -59,7 +61,9 @@ def _is_trainer(cfg: DictConfig) -> bool:
 def _choice(errors: list[str], key: str, value: Any, allowed: Iterable[str]) -> None:
     allowed = tuple(allowed)
     if value not in allowed:
-        errors.append(f"{key} must be one of {', '.join(allowed)}; got {value!r}")
+        close = get_close_matches(str(value), allowed, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        errors.append(f"{key} must be one of {', '.join(allowed)}; got {value!r}{hint}")
 
 
 def _at_least(errors: list[str], key: str, value: Any, low: int, *, null: str = "") -> None:
@@ -149,6 +153,8 @@ def _trainer_loop_errors(errors: list[str], trainer: Any) -> None:
     _at_least(errors, "trainer.total_epochs", trainer.total_epochs, 1)
     _seed(errors, "trainer.seed", trainer.seed)
     _at_least(errors, "trainer.torch_threads", trainer.torch_threads, 1, null="torch's default")
+    for name in trainer.logger:
+        _choice(errors, "each of trainer.logger", name, LOGGERS)
 
 
 # ------------------------------------------------------------------------------------------------ RL sections

@@ -87,9 +87,7 @@ def normalize_messages(prompt: Any, where: str, field: str = "prompt") -> Messag
     string holding a JSON list of ``{role, content}`` messages is decoded (:func:`messages_from_json_text`)."""
     if isinstance(prompt, str):
         decoded = messages_from_json_text(prompt)
-        if decoded is None:
-            return [{"role": "user", "content": prompt}]
-        prompt = decoded
+        prompt = [{"role": "user", "content": prompt}] if decoded is None else decoded
     if isinstance(prompt, np.ndarray):  # parquet read through pandas/datasets yields arrays
         prompt = prompt.tolist()
     if not isinstance(prompt, (list, tuple)) or not prompt:
@@ -109,6 +107,9 @@ def normalize_messages(prompt: Any, where: str, field: str = "prompt") -> Messag
                     f"{where}: field '{field}[{j}].{key}' must be a string, got {type(msg.get(key)).__name__}"
                 )
         messages.append(dict(msg))
+    if not any(m["content"].strip() for m in messages):
+        # The model would answer nothing but the chat template: a broken row, not a question.
+        raise DatasetError(f"{where}: field {field!r} has no text (every message's content is empty)")
     return messages
 
 

@@ -27,7 +27,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from verl.errors import InputError
+from verl.errors import InputError, UserError
 
 logger = logging.getLogger(__name__)
 
@@ -194,6 +194,19 @@ def _from_pretrained(load: Callable[[], T], source: str, key: str | None, what: 
         if not local or isinstance(exc, InputError):
             raise
         raise InputError(f"{_label(source, key)}: cannot load the {what} ({exc})") from exc
+    except Exception as exc:
+        # A local directory with corrupt weights (SafetensorError, a truncated torch file): the files are at
+        # fault, not verl; `--debug` still shows the library's traceback.
+        if not local or isinstance(exc, UserError):
+            raise
+        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        weights = sorted(
+            p.name for p in Path(source).iterdir() if p.suffix in (".safetensors", ".bin", ".pt")
+        )
+        files = f" ({', '.join(weights)})" if weights else ""
+        raise InputError(
+            f"{_label(source, key)}: cannot load the {what}; are its weight files{files} whole? ({reason})"
+        ) from exc
 
 
 def model_config_dict(path: str | os.PathLike) -> dict[str, Any] | None:

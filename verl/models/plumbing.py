@@ -11,7 +11,11 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("trainer.device=cuda but this worker sees no CUDA device")
+        from verl.config.errors import ConfigError
+
+        raise ConfigError(
+            "trainer.device=cuda but this process sees no CUDA device; use trainer.device=auto or cpu"
+        )
     return torch.device(name)
 
 

@@ -26,6 +26,7 @@ from omegaconf import OmegaConf
 
 from verl.errors import InputError
 from verl.single_controller.base import WorkerGroup
+from verl.single_controller.errors import WorkerError
 from verl.utils.checkpoint import (
     atomic_torch_save,
     atomic_write_bytes,
@@ -117,7 +118,13 @@ class Checkpointer:
             subdir = TRAINED_ROLES[role]
             if not (path / subdir).is_dir():
                 raise InputError(f"checkpoint {path} has no {subdir}/ part, which this run's {role} needs")
-            group.load_checkpoint(str(path / subdir))
+            try:
+                group.load_checkpoint(str(path / subdir))
+            except WorkerError as error:
+                raise InputError(
+                    f"checkpoint {path}: its {subdir}/ part cannot be loaded ({error.cause}); are its files "
+                    "whole? Resume from another one with trainer.resume_mode=<a global_step_N directory>"
+                ) from error
         logger.info("resumed from %s (step %d)", path, state["global_step"])
         return state
 
@@ -179,10 +186,18 @@ def export_hf(
             f"{out} is not empty ({shown}); give a new directory, or --overwrite to replace the model "
             "files there (other files are kept)"
         )
-    config = AutoConfig.from_pretrained(source / "huggingface")
-    model_cls = AutoModelForCausalLM if part == "actor" else AutoModelForTokenClassification
-    model = model_cls.from_config(config)
-    load_model(model, str(source / "model.safetensors"))
+    if not (source / "huggingface" / "config.json").is_file():
+        raise InputError(f"{source / 'huggingface'} has no config.json: is {path} a complete checkpoint?")
+    try:
+        config = AutoConfig.from_pretrained(source / "huggingface")
+        model_cls = AutoModelForCausalLM if part == "actor" else AutoModelForTokenClassification
+        model = model_cls.from_config(config)
+        load_model(model, str(source / "model.safetensors"))
+    except Exception as error:  # corrupt or mismatched files: the checkpoint's fault, said in one line
+        reason = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+        raise InputError(
+            f"checkpoint {path}: {source / 'model.safetensors'} cannot be read; is it whole? ({reason})"
+        ) from error
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
     try:

@@ -143,6 +143,7 @@ def plan_inputs(config: TrainerConfig) -> PreparePlan:
             settings["data"].pop("train_files")
             settings["trainer"].pop("default_local_dir")
             settings["trainer"].pop("logger")
+            settings["trainer"].pop("on_existing_run")
             sft_model = Artifact(
                 "tiny-model-sft", {"init": init_model.key, "data": data_key, "sft": settings}, cache_dir
             )
@@ -199,6 +200,7 @@ def check_inputs(config: TrainerConfig) -> None:
     from verl.data.io import check_data_files
     from verl.models.loading import check_model_dir, resolve_dtype
 
+    _check_names(config)
     data = config.data
     if data.train_files is not None:
         check_data_files(data.train_files, "data.train_files")
@@ -227,6 +229,21 @@ def check_inputs(config: TrainerConfig) -> None:
         if critic.path:
             check_model_dir(critic.path, "critic.model.path")
             _check_fits(config, critic.path)
+
+
+def _check_names(config: TrainerConfig) -> None:
+    """The implementations the config names exist (estimator, loss, rollout engine, reward manager, the
+    custom reward function): a typo fails here, not after the warm start or at the first step."""
+    from verl.algorithms import get_adv_estimator_fn, get_policy_loss_fn
+    from verl.workers.reward import get_reward_manager_cls, load_custom_reward_function
+    from verl.workers.rollout import get_rollout_class
+
+    get_adv_estimator_fn(config.algorithm.adv_estimator)
+    get_policy_loss_fn(config.actor_rollout_ref.actor.policy_loss.loss_mode)
+    get_rollout_class(config.actor_rollout_ref.rollout.name)
+    get_reward_manager_cls(config.reward_model.reward_manager)
+    if config.custom_reward_function.path:
+        load_custom_reward_function(config.custom_reward_function.path, config.custom_reward_function.name)
 
 
 def _check_task(task: str) -> None:

@@ -11,11 +11,13 @@ import importlib
 import importlib.util
 import os
 import sys
+import traceback
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from verl.config.errors import ConfigError
+from verl.errors import InputError
 
 
 def import_file(path: str | os.PathLike[str]) -> ModuleType:
@@ -23,8 +25,8 @@ def import_file(path: str | os.PathLike[str]) -> ModuleType:
 
     Its module name is unique to the path (two user files named alike do not clobber each other in
     ``sys.modules``), and its directory goes on ``sys.path`` so that it can import its siblings, as
-    ``python file.py`` could. Raises FileNotFoundError for a missing file; a file that fails to run
-    leaves nothing behind in ``sys.modules``.
+    ``python file.py`` could. Raises FileNotFoundError for a missing file, and an InputError naming the
+    error and the line for a file that fails to run (which leaves nothing behind in ``sys.modules``).
     """
     path = Path(path).expanduser().resolve()
     if not path.is_file():
@@ -37,10 +39,22 @@ def import_file(path: str | os.PathLike[str]) -> ModuleType:
     sys.modules[name] = module  # dataclasses and pickling inside the user's module look it up by name
     try:
         spec.loader.exec_module(module)
-    except BaseException:
+    except BaseException as error:
         sys.modules.pop(name, None)
+        if isinstance(error, Exception):  # the user's code failed: one line that says where and why
+            raise InputError(f"importing {path} failed: {_where(error, path)}") from error
         raise
     return module
+
+
+def _where(error: Exception, path: Path) -> str:
+    """``SyntaxError: invalid syntax (line 3)``: the error and the line of the user's file it came from."""
+    line = getattr(error, "lineno", None) if isinstance(error, SyntaxError) else None
+    if line is None:
+        frames = [f for f in traceback.extract_tb(error.__traceback__) if Path(f.filename) == path]
+        line = frames[-1].lineno if frames else None
+    message = error.msg if isinstance(error, SyntaxError) else str(error)
+    return f"{type(error).__name__}: {message}" + (f" (line {line})" if line else "")
 
 
 def import_module_or_file(module: str, key: str) -> ModuleType:

@@ -29,8 +29,18 @@ class Registry(dict):
 
         return decorator
 
-    def lookup(self, name: Any, error: type[Exception] = ValueError) -> Any:
+    def lookup(self, name: Any, error: type[Exception] | None = None) -> Any:
+        """The implementation registered as ``name``; an unknown name is a ConfigError (names come from
+        configs) naming the closest registered one."""
         try:
             return self[name]
         except (KeyError, TypeError):
-            raise error(f"unknown {self.what} {name!r}; registered: {', '.join(sorted(self))}") from None
+            from difflib import get_close_matches
+
+            from verl.config.errors import ConfigError
+
+            close = get_close_matches(str(name), list(self), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise (error or ConfigError)(
+                f"unknown {self.what} {name!r} (registered: {', '.join(sorted(self))}){hint}"
+            ) from None

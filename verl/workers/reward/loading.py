@@ -4,26 +4,40 @@
 from __future__ import annotations
 
 import os
+from difflib import get_close_matches
 from functools import partial
 from typing import Any
 
+from verl.config.errors import ConfigError
+from verl.data.io import missing_path_hint
+from verl.errors import InputError
 from verl.utils.imports import import_file
 from verl.workers.reward.manager import ComputeScoreFn, get_reward_manager_cls
 from verl.workers.reward.scorers import default_compute_score
 
 
 def load_custom_reward_function(path: str | os.PathLike[str], name: str = "compute_score") -> ComputeScoreFn:
-    """Import ``name`` from the Python file at ``path`` (a user-provided scoring function)."""
-    path = os.path.abspath(os.fspath(path))
+    """Import ``name`` from the Python file at ``path`` (a user-provided scoring function); a missing file,
+    a file that fails to import, or a missing or non-callable ``name`` is an error naming the key."""
+    path = os.path.abspath(os.path.expanduser(os.fspath(path)))
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"custom reward function file not found: {path}")
+        raise InputError(
+            f"custom_reward_function.path={path} does not exist{missing_path_hint(path, ('.py',))}"
+        )
     module = import_file(path)
     if not hasattr(module, name):
         available = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
-        raise AttributeError(f"reward function {name!r} not found in {path}; callables there: {available}")
+        close = get_close_matches(name, available, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(
+            f"custom_reward_function.name={name!r}: {path} has no such function (it defines: "
+            f"{', '.join(available) or 'no functions'}){hint}"
+        )
     fn = getattr(module, name)
     if not callable(fn):
-        raise TypeError(f"{name!r} in {path} is not callable (got {type(fn).__name__})")
+        raise ConfigError(
+            f"custom_reward_function.name={name!r}: in {path} it is a {type(fn).__name__}, not a function"
+        )
     return fn
 
 
