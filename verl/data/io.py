@@ -180,18 +180,24 @@ def missing_path_hint(path: PathLike, kinds: Sequence[str] = (), dirs: bool = Fa
     return f"; {path.parent} holds {', '.join(entries[:6])}{', ...' if len(entries) > 6 else ''}"
 
 
+def path_exists(path: Path, label: str, error: type[Exception]) -> bool:
+    """Whether ``path`` exists; one that cannot even be looked at (a name too long, a loop of symlinks, no
+    permission) raises ``error`` naming ``label``, instead of passing for missing."""
+    try:
+        path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        raise error(f"{label}: cannot use this path ({exc.strerror or exc})") from exc
+    return True
+
+
 def check_data_file(path: PathLike, key: str | None = None) -> str:
     """Check that ``path`` is an existing regular file with a dataset extension (without reading it);
     returns the extension. The errors name the path and ``key``, and suggest the nearest existing file."""
     p = Path(path).expanduser()
     label = _label(p, key)
-    try:
-        p.stat()
-    except (FileNotFoundError, NotADirectoryError):
-        pass  # said below, with the nearest existing path
-    except OSError as exc:  # a name too long, a loop of symlinks, no permission to look
-        raise DatasetError(f"{label}: cannot use this path ({exc.strerror or exc})") from exc
-    if not p.exists():
+    if not path_exists(p, label, DatasetError):
         hint = missing_path_hint(p, SUPPORTED_EXTENSIONS)
         parts = [Path(x.strip()).expanduser() for x in str(path).split(",")]
         if len(parts) > 1 and all(x.is_file() for x in parts):

@@ -103,7 +103,7 @@ def check_model_dir(
     typo, the nearest existing sibling; ``tokenizer_key`` is the key that would name a tokenizer elsewhere.
     Only reads; never creates anything.
     """
-    from verl.data.io import missing_path_hint
+    from verl.data.io import missing_path_hint, path_exists
 
     if path is None or not str(path).strip():
         from verl.config import ConfigError
@@ -115,13 +115,7 @@ def check_model_dir(
     local = Path(given).expanduser()
     label = _label(given, key)
     what = "model" if need_config else "tokenizer"
-    try:
-        local.stat()
-    except (FileNotFoundError, NotADirectoryError):
-        pass  # said below, with the nearest existing path
-    except OSError as exc:  # a name too long, a loop of symlinks, no permission to look
-        raise InputError(f"{label}: cannot use this path ({exc.strerror or exc})") from exc
-    if not local.exists():
+    if not path_exists(local, label, InputError):
         if looks_like_hub_id(given):
             return given
         raise ModelNotFoundError(
