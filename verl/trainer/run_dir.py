@@ -182,16 +182,7 @@ class RunDirectory:
     def claim(self, config: Any) -> RunPlan:
         """Lock the directory, decide what the run does with it (:func:`plan_run`) and prepare it: move an
         earlier run aside, remove checkpoints a crash left half-written, record a new run's id."""
-        if self.root.exists() and not self.root.is_dir():
-            raise RunDirError(f"trainer.default_local_dir={self.root} is a file, not a directory")
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            self._acquire()
-        except PermissionError as e:
-            raise RunDirError(
-                f"trainer.default_local_dir={self.root}: cannot write there ({e.strerror}); "
-                "give a writable directory"
-            ) from None
+        self._lock_dir("trainer.default_local_dir")
         try:
             plan = plan_run(config)
             if plan.move_aside:
@@ -213,24 +204,33 @@ class RunDirectory:
     def claim_empty(self, on_existing_run: str, key: str = "trainer.default_local_dir") -> None:
         """Lock the directory for an output that starts from nothing (``verl sft``'s model): one that holds
         files is refused, or with ``move_aside`` its files are moved to a sibling directory first."""
+        self._lock_dir(key)
+        try:
+            present = sorted(p for p in self.root.iterdir() if p.name != LOCK_FILE)
+            if present and on_existing_run != "move_aside":
+                names = ", ".join(p.name for p in present[:5]) + (", ..." if len(present) > 5 else "")
+                raise RunDirError(
+                    f"{key}={self.root} is not empty ({names}); give a new directory, or set "
+                    "trainer.on_existing_run=move_aside (moves those files to a sibling directory, deletes nothing)"
+                )
+            if present:
+                logger.warning("moved the earlier files in %s to %s", self.root, self._move_aside(present))
+        except BaseException:
+            self.release()
+            raise
+
+    def _lock_dir(self, key: str) -> None:
+        """Create the directory if needed and take its lock; a file in the way or a place that cannot be
+        written is a RunDirError naming ``key``."""
         if self.root.exists() and not self.root.is_dir():
-            raise RunDirError(f"{key}={self.root} is a file, not a directory")
+            raise RunDirError(f"{key}={self.root} is a file, not a directory; give a directory")
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             self._acquire()
-        except PermissionError as e:
-            raise RunDirError(f"{key}={self.root}: cannot write there ({e.strerror})") from None
-        present = sorted(p for p in self.root.iterdir() if p.name != LOCK_FILE)
-        if not present:
-            return
-        if on_existing_run != "move_aside":
-            self.release()
-            names = ", ".join(p.name for p in present[:5]) + (", ..." if len(present) > 5 else "")
+        except OSError as e:  # no permission, a read-only file system, ...
             raise RunDirError(
-                f"{key}={self.root} is not empty ({names}); give a new directory, or set "
-                "trainer.on_existing_run=move_aside (moves those files to a sibling directory, deletes nothing)"
-            )
-        logger.warning("moved the earlier files in %s to %s", self.root, self._move_aside(present))
+                f"{key}={self.root}: cannot write there ({e.strerror or e}); give a writable directory"
+            ) from None
 
     def _acquire(self) -> None:
         lock = open(self.root / LOCK_FILE, "a+", encoding="utf-8")  # noqa: SIM115 (held until release)
