@@ -42,6 +42,7 @@ def _headline_line(key: str, before: float | None, after: float | None) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from verl.config import load_config, to_yaml
+    from verl.errors import InputError
     from verl.trainer.prepare import check_inputs, plan_inputs, prepare_inputs, resolve_inputs
     from verl.trainer.rl_trainer import RLTrainer
     from verl.trainer.run_dir import check_run_directory
@@ -60,6 +61,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"# prepare: {artifact.describe()}")
         return 0
     # Refuse missing inputs and a locked or occupied run directory before minutes of building data and models.
+    if args.summary_json and not os.path.isdir(os.path.dirname(os.path.abspath(args.summary_json))):
+        raise InputError(f"--summary-json {args.summary_json}: its directory does not exist")
     check_inputs(config)
     check_run_directory(resolve_inputs(config))
     start = time.perf_counter()

@@ -206,12 +206,21 @@ def test_resume_applies_and_reports_changes_to_how_the_run_goes(tmp_path):
     assert any(c.startswith("trainer.save_freq") for c in plan.config_changes)
 
 
-def test_config_changes_splits_refused_from_applied():
-    saved = {"trainer": {"save_freq": 1, "seed": 1}, "data": {"train_files": "a", "val_files": "v"}}
-    new = {"trainer": {"save_freq": 2, "seed": 2}, "data": {"train_files": "a", "val_files": "w"}, "x": 1}
+def test_config_changes_splits_refused_from_applied(tmp_path):
+    saved = OmegaConf.to_container(_config(tmp_path, "trainer.save_freq=1"), resolve=True)
+    new = _config(
+        tmp_path, "trainer.save_freq=2", "trainer.seed=2", "+custom_reward_function.reward_kwargs.scale=2"
+    )
     refused, applied = config_changes(saved, new)
-    assert refused == ["trainer.seed: 1 -> 2"]
-    assert applied == ["data.val_files: 'v' -> 'w'", "trainer.save_freq: 1 -> 2"]
+    assert refused == [  # a new entry in a free-form mapping is a change too
+        "custom_reward_function.reward_kwargs: {} -> '(absent)'",
+        "custom_reward_function.reward_kwargs.scale: '(absent)' -> 2",
+        "trainer.seed: 1 -> 2",
+    ]
+    assert applied == ["trainer.save_freq: 1 -> 2"]
+    # a key this version added since the checkpoint was written is not a change
+    del saved["trainer"]["on_existing_run"]
+    assert config_changes(saved, _config(tmp_path, "trainer.save_freq=1")) == ([], [])
 
 
 def test_on_existing_run_is_one_of_its_choices(tmp_path):
@@ -219,3 +228,54 @@ def test_on_existing_run_is_one_of_its_choices(tmp_path):
 
     with pytest.raises(ConfigError, match="trainer.on_existing_run must be one of refuse, move_aside"):
         _config(tmp_path, "trainer.on_existing_run=delete")
+
+
+# ---------------------------------------------------------------- found in review
+
+
+def test_auto_resumes_a_whole_checkpoint_newer_than_the_marker(tmp_path):
+    root = tmp_path / "run"
+    fake_run(root, [1, 2, 3])
+    (root / LATEST).write_text("2\n")  # killed after renaming step 3 into place, before moving the marker
+    assert plan_run(_config(root)).resume_from == root / "global_step_3"
+
+
+def test_unreadable_run_files_are_errors_or_ignored_never_tracebacks(tmp_path):
+    from verl.trainer.checkpointing import drop_metrics_after
+
+    root = tmp_path / "run"
+    fake_run(root, [1, 2], config=_config(root))
+    (root / "global_step_1" / "checkpoint.json").write_text("[1, 2")  # cut short: not known to be ours
+    assert prune_checkpoints(root, 1, "run-a", current=2) == []
+    (root / "global_step_2" / "config.yaml").write_text("trainer: [unclosed\n")
+    with pytest.raises(InputError, match="config.yaml cannot be read"):
+        plan_run(_config(root))
+    metrics = root / "metrics.jsonl"
+    metrics.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "x": 1.2')  # the kill cut the last line
+    aside = drop_metrics_after(metrics, 2)
+    assert metrics.read_text() == '{"step": 1}\n{"step": 2}\n'
+    assert aside.read_text() == '{"step": 3, "x": 1.2\n'
+
+
+def test_move_aside_takes_the_metrics_an_earlier_resume_set_aside(tmp_path):
+    root = tmp_path / "run"
+    fake_run(root, [1])
+    (root / "metrics.after_step_1.20260101-000000.jsonl").write_text('{"step": 2}\n')
+    plan = plan_run(_config(root, "trainer.resume_mode=disable", "trainer.on_existing_run=move_aside"))
+    assert root / "metrics.after_step_1.20260101-000000.jsonl" in plan.move_aside
+
+
+def test_sft_refuses_an_output_directory_holding_its_inputs(tiny_model_dir, arithmetic_files):
+    from verl.config import SFTConfig
+    from verl.trainer.sft_trainer import run_sft
+
+    train, _ = arithmetic_files
+    out = tiny_model_dir.parent  # holds the model: moving it aside would move the model away
+    config = load_config(
+        None,
+        [f"model.path={tiny_model_dir}", f"data.train_files={train}", f"trainer.default_local_dir={out}"],
+        schema=SFTConfig,
+    )
+    with pytest.raises(RunDirError, match="holds this run's inputs"):
+        run_sft(config)
+    assert not (out / LOCK_FILE).exists()  # refused before anything was written there

@@ -72,6 +72,7 @@ class Checkpointer:
         ``driver_state`` is what the trainer adds (sampler position, RNG, ...), saved as trainer_state.pt."""
         self.wait()
         tmp = tmp_step_dir(self.root, step)
+        shutil.rmtree(tmp, ignore_errors=True)  # an unfinished save of this step: never mixed with this one
         parts = []
         for role, group in self.groups.items():
             subdir = TRAINED_ROLES[role]
@@ -99,6 +100,13 @@ class Checkpointer:
         except BaseException as error:  # surfaced by wait(), in the training thread
             self.error = error
 
+    def settle(self, timeout_s: float = 60.0) -> None:
+        """On the way out after an error: give a checkpoint being finished in the background up to
+        ``timeout_s`` to land, so the run directory is not handed to the next run mid-save. Its errors are
+        not raised here (the run already failed)."""
+        if self._pending is not None:
+            self._pending.join(timeout_s)
+
     def wait(self) -> None:
         """Block until the last checkpoint is on disk; raise if writing it failed."""
         if self._pending is not None:
@@ -113,7 +121,12 @@ class Checkpointer:
     def resume(self, path: Path) -> dict[str, Any]:
         """Restore the worker groups from checkpoint ``path`` and return the driver state saved with it.
         The caller restores its own state from it, the RNG last."""
-        state = torch.load(path / "trainer_state.pt", weights_only=False)
+        try:
+            state = torch.load(path / "trainer_state.pt", weights_only=False)
+        except Exception as e:  # truncated or not a torch file
+            raise InputError(
+                f"checkpoint {path}: trainer_state.pt cannot be read ({type(e).__name__}: {e})"
+            ) from e
         for role, group in self.groups.items():
             subdir = TRAINED_ROLES[role]
             if not (path / subdir).is_dir():
@@ -138,8 +151,13 @@ def drop_metrics_after(metrics_path: Path, step: int) -> Path | None:
 
     kept, dropped = [], []
     for line in metrics_path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+            later = isinstance(record, dict) and record.get("step", 0) > step
+        except ValueError:  # a line cut short by the kill: set aside with the others
+            later = True
         if line:
-            (kept if json.loads(line).get("step", 0) <= step else dropped).append(line)
+            (dropped if later else kept).append(line)
     if not dropped:
         return None
     aside = metrics_path.with_name(f"metrics.after_step_{step}.{time.strftime('%Y%m%d-%H%M%S')}.jsonl")

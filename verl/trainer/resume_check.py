@@ -7,8 +7,9 @@ how fast, where or how loudly it runs may change; each change is applied and rep
 
 - how long: ``trainer.total_training_steps``, ``trainer.total_epochs`` (a longer run continues its schedule)
 - how often: ``trainer.save_freq``, ``test_freq``, the checkpoint caps, ``val_before_train``, ``val_only``
-- how fast: micro-batch sizes and token budgets per device, ``use_dynamic_bsz``, ``torch_threads``,
-  ``async_save``, ``trainer.backend`` / ``device``, reward workers and time limits
+- how fast: micro-batch sizes and token budgets per device, ``use_dynamic_bsz``, gradient checkpointing,
+  padding removal, prompt sharing, log-prob chunks, ``balance_batch``, ``torch_threads``, ``async_save``,
+  ``trainer.backend`` / ``device``, reward workers and time limits
 - where and how loudly: logger, names, output paths, traces, ``prepare.*`` (what it builds is compared
   through the paths it fills), the validation set and its sampling (``val_kwargs``)
 """
@@ -54,6 +55,11 @@ MAY_CHANGE = (
     "*micro_batch_size*",
     "*max_token_len*",
     "*.use_dynamic_bsz",
+    "*.enable_gradient_checkpointing",
+    "*.use_remove_padding",
+    "*.share_prompts",
+    "*.log_prob_chunk_size",
+    "trainer.balance_batch",
     "reward_model.num_workers",
     "reward_model.timeout_s",
     "reward_model.num_examine",
@@ -61,12 +67,24 @@ MAY_CHANGE = (
 
 
 def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, dict):
+    if isinstance(node, dict) and node:
         out: dict[str, Any] = {}
         for key, value in node.items():
             out.update(_flat(value, f"{prefix}{key}."))
         return out
-    return {prefix[:-1]: node}
+    return {prefix[:-1]: node}  # a value, or an empty mapping (reward_kwargs: {})
+
+
+def _complete(saved: Any) -> dict[str, Any]:
+    """The saved config with the keys this verl version added since (at their defaults), so that a key on
+    one side only is a real change (an entry of a free-form mapping such as reward_kwargs)."""
+    from verl.config import TrainerConfig
+
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(TrainerConfig), OmegaConf.create(saved))
+    except Exception:  # a config of another version with keys this one lacks: compare it as it is
+        merged = OmegaConf.create(saved)
+    return OmegaConf.to_container(merged, resolve=True)
 
 
 def may_change(key: str) -> bool:
@@ -74,14 +92,16 @@ def may_change(key: str) -> bool:
 
 
 def config_changes(saved: Any, new: Any) -> tuple[list[str], list[str]]:
-    """``(refused, applied)``: one ``key: saved -> new`` line per changed key. A key only one side has
-    (a config written by another verl version) is neither."""
-    old_flat = _flat(OmegaConf.to_container(OmegaConf.create(saved), resolve=True))
+    """``(refused, applied)``: one ``key: saved -> new`` line per changed key; a key on one side only (an
+    entry of a free-form mapping) is a change too."""
+    old_flat = _flat(_complete(saved))
     new_flat = _flat(OmegaConf.to_container(OmegaConf.create(new), resolve=True))
+    absent = "(absent)"
     refused, applied = [], []
-    for key in sorted(old_flat.keys() & new_flat.keys()):
-        if old_flat[key] != new_flat[key]:
-            line = f"{key}: {old_flat[key]!r} -> {new_flat[key]!r}"
+    for key in sorted(old_flat.keys() | new_flat.keys()):
+        before, after = old_flat.get(key, absent), new_flat.get(key, absent)
+        if before != after:
+            line = f"{key}: {before!r} -> {after!r}"
             (applied if may_change(key) else refused).append(line)
     return refused, applied
 

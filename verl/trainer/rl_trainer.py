@@ -185,6 +185,8 @@ class RLTrainer:
         try:
             return self._fit(run)
         finally:
+            if getattr(self, "checkpointer", None) is not None:
+                self.checkpointer.settle()  # after an error: a background save lands before the lock goes
             run_dir.release()
 
     def _fit(self, run: RunPlan) -> dict[str, Any]:

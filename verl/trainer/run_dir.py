@@ -41,6 +41,7 @@ from verl.utils.checkpoint import (
     atomic_write_bytes,
     latest_checkpoint,
     read_run_id,
+    step_dir,
 )
 
 logger = logging.getLogger(__name__)
@@ -74,7 +75,11 @@ def earlier_run_files(root: Path) -> list[Path]:
     """An earlier run's checkpoints (complete or not) and files in ``root``."""
     if not root.is_dir():
         return []
-    found = [p for p in sorted(root.iterdir()) if p.name.startswith(PREFIX) or p.name in RUN_FILES]
+    found = [
+        p
+        for p in sorted(root.iterdir())
+        if p.name.startswith((PREFIX, "metrics.after_step_")) or p.name in RUN_FILES
+    ]
     # An empty metrics file (a run stopped before its first step) is not worth refusing over, but is kept.
     return [p for p in found if not (p.name == "metrics.jsonl" and p.stat().st_size == 0)]
 
@@ -124,6 +129,19 @@ def _plan_directory(root: Path, resume_mode: str, on_existing_run: str) -> RunPl
                 f"{where}: cannot resume ({e}); to start over and keep these files, set "
                 "trainer.on_existing_run=move_aside trainer.resume_mode=disable"
             ) from None
+        if plan.resume_from is not None:
+            # A save renamed into place just before a crash, the marker not moved yet: the newest is whole.
+            marked = _step_of(plan.resume_from)
+            newer = [
+                s
+                for s in _steps_in(root)
+                if s > marked and (step_dir(root, s) / "trainer_state.pt").is_file()
+            ]
+            if newer:
+                plan.resume_from = step_dir(root, newer[-1])
+                logger.warning(
+                    "resuming from %s, newer than the latest marker (step %d)", plan.resume_from, marked
+                )
     elif resume_mode != "disable":
         path = Path(resume_mode).expanduser()
         if not (path / "trainer_state.pt").is_file():
@@ -133,8 +151,8 @@ def _plan_directory(root: Path, resume_mode: str, on_existing_run: str) -> RunPl
             )
         plan.resume_from = path
         if path.resolve().parent == root.resolve():
-            resumed = int(path.name[len(PREFIX) :]) if path.name[len(PREFIX) :].isdigit() else None
-            later = [s for s in _steps_in(root) if resumed is not None and s > resumed]
+            resumed = _step_of(path)
+            later = [s for s in _steps_in(root) if s > resumed]
             if later:
                 raise RunDirError(
                     f"trainer.resume_mode={path}: resuming step {resumed} in {root} would overwrite its "
@@ -163,6 +181,25 @@ def _plan_directory(root: Path, resume_mode: str, on_existing_run: str) -> RunPl
         "trainer.on_existing_run=move_aside (moves those files to a sibling directory, deletes nothing), "
         "or use another trainer.default_local_dir / trainer.experiment_name"
     )
+
+
+def _step_of(checkpoint: Path) -> int:
+    """The step a checkpoint holds: from its name, else from its trainer_state.pt."""
+    name = checkpoint.name[len(PREFIX) :] if checkpoint.name.startswith(PREFIX) else ""
+    if name.isdigit():
+        return int(name)
+    return int(_load_trainer_state(checkpoint)["global_step"])
+
+
+def _load_trainer_state(checkpoint: Path) -> dict[str, Any]:
+    import torch
+
+    try:
+        return torch.load(checkpoint / "trainer_state.pt", weights_only=False)
+    except Exception as e:  # truncated or not a torch file
+        raise InputError(
+            f"checkpoint {checkpoint}: trainer_state.pt cannot be read ({type(e).__name__}: {e})"
+        ) from e
 
 
 def latest_checkpoint_or_none(root: Path) -> Path | None:
@@ -257,9 +294,15 @@ class RunDirectory:
         while target.exists():
             n += 1
             target = self.root.with_name(f"{self.root.name}.moved-{stamp}-{n}")
-        target.mkdir(parents=True)
-        for path in paths:
-            os.replace(path, target / path.name)
+        try:
+            target.mkdir(parents=True)
+            for path in paths:
+                os.replace(path, target / path.name)
+        except OSError as e:  # a read-only parent, a mount point (another file system): nothing was deleted
+            raise RunDirError(
+                f"cannot move the earlier files of {self.root} aside to {target} ({e.strerror or e}); move them "
+                "yourself or use another directory"
+            ) from None
         return target
 
     def release(self) -> None:
@@ -276,7 +319,7 @@ def check_run_directory(config: Any) -> None:
     root = Path(config.trainer.default_local_dir).expanduser()
     if root.is_dir() and (root / LOCK_FILE).is_file():
         probe = RunDirectory(root)
-        probe._acquire()
+        probe._lock_dir("trainer.default_local_dir")
         probe.release()
     plan_run(config)
 
@@ -288,4 +331,10 @@ def saved_config(checkpoint: Path) -> dict[str, Any] | None:
     path = checkpoint / "config.yaml"
     if not path.is_file():
         return None
-    return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    try:
+        saved = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except Exception as e:  # a hand-edited file that no longer parses
+        raise InputError(f"{path} cannot be read ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+    if not isinstance(saved, dict):
+        raise InputError(f"{path} should hold the run's config (a mapping), found a {type(saved).__name__}")
+    return saved

@@ -14,9 +14,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from verl.config import ConfigError
+from verl.config import ConfigError, as_file_list
 from verl.data import EpochSampler, SFTDataset, collate_sft, iterate_batches
 from verl.data.io import check_data_files
+from verl.errors import RunDirError
 from verl.models import load_hf_model, tokenizer_for
 from verl.models.loading import check_fits_model, check_model_dir, resolve_dtype
 from verl.trainer.run_dir import RunDirectory
@@ -74,6 +75,15 @@ def run_sft(config: Any) -> Path:
     (which must be empty, or ``trainer.on_existing_run=move_aside``; it is locked while the run writes)."""
     check_sft_inputs(config)
     out_dir = Path(config.trainer.default_local_dir).expanduser()
+    inputs = [config.model.path, config.model.tokenizer_path, *as_file_list(config.data.train_files)]
+    inside = [
+        str(i) for i in inputs if i and Path(i).expanduser().resolve().is_relative_to(out_dir.resolve())
+    ]
+    if inside:  # moving the output directory aside would move the run's own inputs with it
+        raise RunDirError(
+            f"trainer.default_local_dir={out_dir} holds this run's inputs ({', '.join(inside)}); write the "
+            "model to a directory of its own"
+        )
     output = RunDirectory(out_dir)
     output.claim_empty(config.trainer.on_existing_run)
     try:

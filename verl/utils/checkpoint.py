@@ -79,7 +79,11 @@ def write_checkpoint_info(checkpoint: Path, run_id: str, step: int) -> None:
 def read_run_id(checkpoint: Path) -> str | None:
     """The id of the run that wrote ``checkpoint`` (None: written before checkpoints recorded it)."""
     path = Path(checkpoint) / CHECKPOINT_INFO
-    return json.loads(path.read_text()).get("run_id") if path.is_file() else None
+    try:
+        info = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None  # unreadable: not known to be the current run's, so never pruned
+    return info.get("run_id") if isinstance(info, dict) else None
 
 
 def finalize_checkpoint(root: str | Path, step: int) -> Path:
