@@ -17,10 +17,12 @@ import abc
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from verl.single_controller.dispatch import collect, dispatch, get_dispatch_mode
-from verl.single_controller.worker import registered_methods
+from verl.single_controller.dispatch import Dispatch, collect, dispatch, get_dispatch_mode
+from verl.single_controller.worker import Worker, register, registered_methods
 
-__all__ = ["WorkerGroup"]
+# verl's import paths: ``from verl.single_controller.base import Worker`` and
+# ``from verl.single_controller.base.decorator import register, Dispatch``.
+__all__ = ["Dispatch", "Worker", "WorkerGroup", "register"]
 
 _RESERVED = {"name", "worker_cls", "world_size", "workers", "in_process", "init_kwargs", "saved_state"}
 
