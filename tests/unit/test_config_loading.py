@@ -254,3 +254,11 @@ def test_schema_fields_cover_verl_names() -> None:
     ]:
         assert key in fields, key
     assert fields["prepare.task_kwargs"].freeform and not fields["data.train_files"].freeform
+
+
+def test_a_bare_word_for_a_list_of_strings_key_is_that_list():
+    """verl's quick start passes `trainer.logger=console`; a list stays a list, a typo is still named."""
+    assert list(load_config(None, ["trainer.logger=console"]).trainer.logger) == ["console"]
+    assert list(load_config(None, ["trainer.logger=[console,jsonl]"]).trainer.logger) == ["console", "jsonl"]
+    with pytest.raises(ConfigError, match="got 'wandbb' \\(did you mean 'wandb'\\?\\)"):
+        load_config(None, ["trainer.logger=wandbb"])

@@ -283,6 +283,22 @@ def _type_error(e: OmegaConfBaseException, plain: Mapping[str, Any], schema: typ
 # --------------------------------------------------------------------------------------------------------------
 # loading
 # --------------------------------------------------------------------------------------------------------------
+def _listed_scalar(override: str, schema: type) -> str:
+    """``trainer.logger=console`` -> ``trainer.logger=[console]``: verl's scripts give a one-item list key
+    its item alone (verl wraps a string itself), so a bare word for a list-of-strings key is that list."""
+    key, sep, value = override.partition("=") if isinstance(override, str) else ("", "", "")
+    field = schema_fields(schema).get(key.strip().lstrip("+"))
+    words = value.strip()
+    is_str_list = (
+        field is not None
+        and typing.get_origin(field.type_) is list
+        and typing.get_args(field.type_) == (str,)
+    )
+    if sep and is_str_list and words and not words.startswith(("[", "{", "$", "'", '"')) and "," not in words:
+        return f"{key}=[{words}]"
+    return override
+
+
 def _parse_override(override: str) -> tuple[DictConfig, dict[str, Any]]:
     if not isinstance(override, str) or "=" not in override:
         raise ConfigError(
@@ -372,7 +388,7 @@ def load_config(
             cfg = _merge(cfg, src, plain, schema, where)
 
     for override in overrides:
-        dot, plain = _parse_override(override)
+        dot, plain = _parse_override(_listed_scalar(override, schema))
         where = f"override {override!r}: "
         _check_keys(plain, schema, where)
         cfg = _merge(cfg, dot, plain, schema, where)
