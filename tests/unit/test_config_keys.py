@@ -94,11 +94,6 @@ def test_section_given_a_scalar(tmp_path: Path) -> None:
         (f"{ARR}.rollout.n=2.5", f"{ARR}.rollout.n", "int", "2.5"),
         (f"{ARR}.actor.optim.lr=fast", f"{ARR}.actor.optim.lr", "float", "'fast'"),
         (f"{ARR}.actor.use_kl_loss=maybe", f"{ARR}.actor.use_kl_loss", "bool", "'maybe'"),
-            "trainer.logger={a: 1}",
-            "trainer.logger",
-            "list of str",
-            "{'a': 1}",
-        ),  # a bare word is a one-item list (verl)
         (f"{ARR}.actor.optim.betas=[a,1]", f"{ARR}.actor.optim.betas", "list of float", "['a', 1]"),
         ("data.seed=1.5", "data.seed", "int or null", "1.5"),
         ("trainer.seed=null", "trainer.seed", "int", "None"),
