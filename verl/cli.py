@@ -252,9 +252,6 @@ def _debug(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "debug", False)) or os.environ.get("VERL_DEBUG", "") not in ("", "0")
 
 
-ERROR_LABELS = {2: "config error", 3: "input error", 4: "run directory error"}
-
-
 def _on_sigint(signum: int, frame: object) -> None:
     """First Ctrl-C: unwind (KeyboardInterrupt: the lock is released, workers stop). A second one while
     that cleanup runs: leave at once (the OS drops the lock; checkpoints are whole or unfinished)."""
@@ -292,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         except UserError as e:
             if _debug(args):
                 raise
-            print(f"{ERROR_LABELS.get(e.exit_code, 'error')}: {e}", file=sys.stderr)
+            print(f"{e.label}: {e}", file=sys.stderr)
             return e.exit_code
         except StepError as e:
             if _debug(args):

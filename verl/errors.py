@@ -26,15 +26,25 @@ class UserError(Exception):
     """A problem with what the user gave; the message says what and where, and how to fix it."""
 
     exit_code = 1
+    label = "error"
+    """how ``verl`` starts the line it prints for it"""
 
 
 class InputError(UserError, ValueError):
     """A data file, dataset row, model directory or checkpoint the user named is missing or malformed."""
 
     exit_code = 3
+    label = "input error"
 
 
 class RunDirError(UserError):
     """The run directory is locked by another run, holds another run's files, or would be misused."""
 
     exit_code = 4
+    label = "run directory error"
+
+
+def describe_error(error: BaseException) -> str:
+    """``TypeName: first line of the message``: an error from a library or a worker, in one line."""
+    message = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {message[0]}" if message else type(error).__name__

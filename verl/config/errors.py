@@ -11,6 +11,7 @@ class ConfigError(UserError, ValueError):
     """A config problem: unknown key, wrong type, bad value, missing recipe or malformed override."""
 
     exit_code = 2
+    label = "config error"
 
 
 def short_repr(value: Any, limit: int = 80) -> str:

@@ -21,6 +21,7 @@ from verl.config.errors import ConfigError, short_repr
 from verl.config.schema import TrainerConfig
 from verl.config.sizes import TOKEN_BUDGET_KEYS, derive_sizes, token_budgets
 
+ON_EXISTING_RUN = ("refuse", "move_aside")
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 TRUNCATION_MODES = ("error", "left", "right")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -155,6 +156,7 @@ def _trainer_loop_errors(errors: list[str], trainer: Any) -> None:
     _at_least(errors, "trainer.torch_threads", trainer.torch_threads, 1, null="torch's default")
     for name in trainer.logger:
         _choice(errors, "each of trainer.logger", name, LOGGERS)
+    _choice(errors, "trainer.on_existing_run", trainer.on_existing_run, ON_EXISTING_RUN)
 
 
 # ------------------------------------------------------------------------------------------------ RL sections
@@ -317,7 +319,6 @@ def _trainer_errors(errors: list[str], cfg: DictConfig) -> None:
     _choice(errors, "trainer.backend", trainer.backend, ("local", "ray"))
     _choice(errors, "trainer.device", trainer.device, ("cpu", "cuda", "auto"))
     _choice(errors, "trainer.on_worker_failure", trainer.on_worker_failure, ("fail", "restart"))
-    _choice(errors, "trainer.on_existing_run", trainer.on_existing_run, ("refuse", "move_aside"))
     _off_or_at_least(errors, "trainer.test_freq", trainer.test_freq, -1, "never")
     _off_or_at_least(errors, "trainer.save_freq", trainer.save_freq, -1, "never")
     for key in ("max_actor_ckpt_to_keep", "max_critic_ckpt_to_keep"):
@@ -400,7 +401,6 @@ def _sft_config_errors(cfg: DictConfig) -> list[str]:
         errors.append("data.train_files is required (the parquet / jsonl file(s) to train on); got null")
     _optim_errors(errors, "optim", cfg.optim)
     _trainer_loop_errors(errors, cfg.trainer)
-    _choice(errors, "trainer.on_existing_run", cfg.trainer.on_existing_run, ("refuse", "move_aside"))
     errors.extend(sft_backend_errors(cfg))
     return errors
 

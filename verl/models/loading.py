@@ -27,7 +27,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from verl.errors import InputError, UserError
+from verl.errors import InputError, UserError, describe_error
 
 logger = logging.getLogger(__name__)
 
@@ -193,7 +193,7 @@ def _from_pretrained(load: Callable[[], T], source: str, key: str | None, what: 
         # fault, not verl; `--debug` still shows the library's traceback.
         if not local or isinstance(exc, UserError):
             raise
-        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        reason = describe_error(exc)
         weights = sorted(
             p.name for p in Path(source).iterdir() if p.suffix in (".safetensors", ".bin", ".pt")
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from verl.errors import describe_error  # noqa: F401  (re-exported: the workers' cause line)
+
 __all__ = ["WorkerError", "describe_error"]
 
 
@@ -34,9 +36,3 @@ class WorkerError(RuntimeError):
 
     def __reduce__(self):  # keep the fields when the error crosses a process boundary
         return (type(self), (self.role, self.rank, self.method, self.cause, self.kind, self.pid))
-
-
-def describe_error(error: BaseException) -> str:
-    """``TypeName: first line of the message``: the cause part of a :class:`WorkerError`."""
-    message = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {message[0]}" if message else type(error).__name__

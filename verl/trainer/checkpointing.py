@@ -21,10 +21,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
 from omegaconf import OmegaConf
 
-from verl.errors import InputError
+from verl.errors import InputError, describe_error
 from verl.single_controller.base import WorkerGroup
 from verl.single_controller.errors import WorkerError
 from verl.utils.checkpoint import (
@@ -32,6 +31,7 @@ from verl.utils.checkpoint import (
     atomic_write_bytes,
     finalize_checkpoint,
     latest_checkpoint,
+    load_trainer_state,
     prune_checkpoints,
     tmp_step_dir,
     write_checkpoint_info,
@@ -121,12 +121,7 @@ class Checkpointer:
     def resume(self, path: Path) -> dict[str, Any]:
         """Restore the worker groups from checkpoint ``path`` and return the driver state saved with it.
         The caller restores its own state from it, the RNG last."""
-        try:
-            state = torch.load(path / "trainer_state.pt", weights_only=False)
-        except Exception as e:  # truncated or not a torch file
-            raise InputError(
-                f"checkpoint {path}: trainer_state.pt cannot be read ({type(e).__name__}: {e})"
-            ) from e
+        state = load_trainer_state(path)
         for role, group in self.groups.items():
             subdir = TRAINED_ROLES[role]
             if not (path / subdir).is_dir():
@@ -212,9 +207,9 @@ def export_hf(
         model = model_cls.from_config(config)
         load_model(model, str(source / "model.safetensors"))
     except Exception as error:  # corrupt or mismatched files: the checkpoint's fault, said in one line
-        reason = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
         raise InputError(
-            f"checkpoint {path}: {source / 'model.safetensors'} cannot be read; is it whole? ({reason})"
+            f"checkpoint {path}: {source / 'model.safetensors'} cannot be read; is it whole? "
+            f"({describe_error(error)})"
         ) from error
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))

@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl.algorithms import get_adv_estimator_fn, get_policy_loss_fn
 from verl.config import ConfigError, TrainerConfig, derive_sizes
 from verl.data import EpochSampler, RLDataset, collate_rl, iterate_batches
 from verl.models import tokenizer_for
@@ -68,13 +67,12 @@ class RLTrainer:
             fsdp_config=fsdp_config,
         )  # fmt: skip
         self.config = config
-        check_inputs(config)  # the paths the user gave, before anything is loaded (verl run did it already)
+        # The paths the user gave and every name the config gives (estimator, loss, engine, reward), before
+        # anything is loaded: a typo fails here, not at the first step after a long validation pass.
+        check_inputs(config)
         self.sizes = derive_sizes(config)
         configure_torch_threads(config.trainer.torch_threads)
         set_seed(config.trainer.seed)
-        # Unknown names fail here, not at the first step after a long validation pass.
-        get_adv_estimator_fn(config.algorithm.adv_estimator)
-        get_policy_loss_fn(config.actor_rollout_ref.actor.policy_loss.loss_mode)
         builtin_reward = (
             reward_fn is None and compute_score is None and not config.custom_reward_function.path
         )

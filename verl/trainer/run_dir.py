@@ -32,14 +32,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from verl.errors import InputError, RunDirError
+from verl.errors import InputError, RunDirError, describe_error
 from verl.trainer.resume_check import check_resume_config
 from verl.utils.checkpoint import (
     LATEST,
     PREFIX,
     TMP_SUFFIX,
     atomic_write_bytes,
+    checkpoint_steps,
     latest_checkpoint,
+    load_trainer_state,
     read_run_id,
     step_dir,
 )
@@ -53,7 +55,6 @@ RUN_FILES = ("metrics.jsonl", LATEST, "tensorboard")
 """What a run leaves in its directory besides its checkpoints that is worth refusing a new run over
 (``run.json`` and ``trace.html`` alone are not: without these, there is nothing of the run to lose)."""
 MOVED_ALONG = (RUN_FILE, "trace.html")
-ON_EXISTING_RUN = ("refuse", "move_aside")
 
 
 @dataclass
@@ -93,14 +94,6 @@ def _describe(files: list[Path]) -> str:
     return ", ".join(parts) or ", ".join(p.name for p in files)
 
 
-def _steps_in(root: Path) -> list[int]:
-    if not root.is_dir():
-        return []
-    return sorted(
-        int(p.name[len(PREFIX) :]) for p in root.glob(f"{PREFIX}*") if p.name[len(PREFIX) :].isdigit()
-    )
-
-
 def plan_run(config: Any) -> RunPlan:
     """Decide whether the run of ``config`` resumes, starts fresh, or is refused; changes nothing on disk."""
     plan = _plan_directory(
@@ -134,7 +127,7 @@ def _plan_directory(root: Path, resume_mode: str, on_existing_run: str) -> RunPl
             marked = _step_of(plan.resume_from)
             newer = [
                 s
-                for s in _steps_in(root)
+                for s in checkpoint_steps(root)
                 if s > marked and (step_dir(root, s) / "trainer_state.pt").is_file()
             ]
             if newer:
@@ -152,7 +145,7 @@ def _plan_directory(root: Path, resume_mode: str, on_existing_run: str) -> RunPl
         plan.resume_from = path
         if path.resolve().parent == root.resolve():
             resumed = _step_of(path)
-            later = [s for s in _steps_in(root) if s > resumed]
+            later = [s for s in checkpoint_steps(root) if s > resumed]
             if later:
                 raise RunDirError(
                     f"trainer.resume_mode={path}: resuming step {resumed} in {root} would overwrite its "
@@ -188,18 +181,7 @@ def _step_of(checkpoint: Path) -> int:
     name = checkpoint.name[len(PREFIX) :] if checkpoint.name.startswith(PREFIX) else ""
     if name.isdigit():
         return int(name)
-    return int(_load_trainer_state(checkpoint)["global_step"])
-
-
-def _load_trainer_state(checkpoint: Path) -> dict[str, Any]:
-    import torch
-
-    try:
-        return torch.load(checkpoint / "trainer_state.pt", weights_only=False)
-    except Exception as e:  # truncated or not a torch file
-        raise InputError(
-            f"checkpoint {checkpoint}: trainer_state.pt cannot be read ({type(e).__name__}: {e})"
-        ) from e
+    return int(load_trainer_state(checkpoint)["global_step"])
 
 
 def latest_checkpoint_or_none(root: Path) -> Path | None:
@@ -334,7 +316,7 @@ def saved_config(checkpoint: Path) -> dict[str, Any] | None:
     try:
         saved = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     except Exception as e:  # a hand-edited file that no longer parses
-        raise InputError(f"{path} cannot be read ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+        raise InputError(f"{path} cannot be read ({describe_error(e)})") from None
     if not isinstance(saved, dict):
         raise InputError(f"{path} should hold the run's config (a mapping), found a {type(saved).__name__}")
     return saved

@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.errors import InputError, describe_error
+
 LATEST = "latest_checkpointed_iteration.txt"
 PREFIX = "global_step_"
 TMP_SUFFIX = ".tmp"
@@ -86,6 +88,27 @@ def read_run_id(checkpoint: Path) -> str | None:
     return info.get("run_id") if isinstance(info, dict) else None
 
 
+def checkpoint_steps(root: str | Path) -> list[int]:
+    """The steps of the ``global_step_<N>`` directories under ``root``, ascending (unfinished ``.tmp`` ones not)."""
+    root = Path(root).expanduser()
+    if not root.is_dir():
+        return []
+    return sorted(
+        int(p.name[len(PREFIX) :]) for p in root.glob(f"{PREFIX}*") if p.name[len(PREFIX) :].isdigit()
+    )
+
+
+def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
+    """A checkpoint's ``trainer_state.pt``; one that cannot be read (truncated, not a torch file) is an
+    InputError naming it."""
+    try:
+        return torch.load(checkpoint / "trainer_state.pt", weights_only=False)
+    except Exception as e:
+        raise InputError(
+            f"checkpoint {checkpoint}: trainer_state.pt cannot be read ({describe_error(e)})"
+        ) from e
+
+
 def finalize_checkpoint(root: str | Path, step: int) -> Path:
     """Rename the assembled ``global_step_<step>.tmp`` into place, then point the marker at it."""
     final, tmp = step_dir(root, step), tmp_step_dir(root, step)
@@ -117,10 +140,7 @@ def prune_checkpoints(root: str | Path, keep: int | None, run_id: str, current: 
     if not keep or keep <= 0:
         return []
     root = Path(root).expanduser()
-    steps = sorted(
-        int(p.name[len(PREFIX) :]) for p in root.glob(f"{PREFIX}*") if p.name[len(PREFIX) :].isdigit()
-    )
-    ours = [s for s in steps if s <= current and read_run_id(step_dir(root, s)) == run_id]
+    ours = [s for s in checkpoint_steps(root) if s <= current and read_run_id(step_dir(root, s)) == run_id]
     removed = [step_dir(root, s) for s in ours[:-keep]]
     for path in removed:
         shutil.rmtree(path, ignore_errors=True)
