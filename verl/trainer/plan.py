@@ -12,6 +12,13 @@ from verl.workers.rollout import get_rollout_class
 OldLogProbs = Literal["recompute", "from_rollout", "not_needed"]
 
 
+def critic_enabled(config: TrainerConfig) -> bool:
+    """Whether the run trains a critic: ``critic.enable``, or by default only for GAE (verl's rule)."""
+    if config.critic.enable is None:
+        return config.algorithm.adv_estimator == "gae"
+    return bool(config.critic.enable)
+
+
 @dataclass(frozen=True)
 class StepPlan:
     """What one RL step does, derived from the config by :meth:`from_config`; the step function reads it."""
@@ -47,12 +54,11 @@ class StepPlan:
     def from_config(cls, config: TrainerConfig, sizes: DerivedSizes, total_steps: int) -> StepPlan:
         algo = config.algorithm
         actor = config.actor_rollout_ref.actor
-        critic = algo.adv_estimator == "gae" if config.critic.enable is None else config.critic.enable
         return cls(
             n=config.actor_rollout_ref.rollout.n,
             old_log_probs=_old_log_probs(config, sizes),
             ref=algo.use_kl_in_reward or actor.use_kl_loss,
-            critic=critic,
+            critic=critic_enabled(config),
             remax_baseline=algo.adv_estimator == "remax",
             refill_until_varied=algo.filter_groups.enable,
             balance=config.trainer.balance_batch and sizes.dp_size > 1,

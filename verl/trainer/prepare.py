@@ -178,13 +178,6 @@ def prepare_inputs(config: TrainerConfig, log: Callable[[str], None] = print) ->
 LENGTHS = "data.max_prompt_length + data.max_response_length"
 
 
-def _critic_enabled(config: TrainerConfig) -> bool:
-    """As the step plan decides it: ``critic.enable``, or by default only for GAE."""
-    if config.critic.enable is None:
-        return config.algorithm.adv_estimator == "gae"
-    return bool(config.critic.enable)
-
-
 def _check_fits(config: TrainerConfig, model_path: Any, also: str = "") -> None:
     from verl.models.loading import check_fits_model
 
@@ -199,6 +192,7 @@ def check_inputs(config: TrainerConfig) -> None:
     sequence length fits the model. Each problem is an InputError / ConfigError naming the config key."""
     from verl.data.io import check_data_files
     from verl.models.loading import check_model_dir, resolve_dtype
+    from verl.trainer.plan import critic_enabled
 
     _check_names(config)
     data = config.data
@@ -223,7 +217,7 @@ def check_inputs(config: TrainerConfig) -> None:
             tokenizer_key="actor_rollout_ref.model.tokenizer_path",
         )
         _check_fits(config, model.path)
-    if _critic_enabled(config):
+    if critic_enabled(config):
         critic = config.critic.model
         resolve_dtype(critic.torch_dtype, "critic.model.torch_dtype")
         if critic.path:
