@@ -97,7 +97,7 @@ class Checkpointer:
                 os.kill(os.getpid(), signal.SIGKILL)
             finalize_checkpoint(self.root, step)
             prune_checkpoints(self.root, self.keep, self.run_id, step)
-        except BaseException as error:  # surfaced by wait(), in the training thread
+        except Exception as error:  # surfaced by wait(), in the training thread (Ctrl-C and SIGTERM pass)
             self.error = error
 
     def settle(self, timeout_s: float = 60.0) -> None:
