@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from verl.utils.registry import Registry
-from verl.workers.reward.scorers import arithmetic, gsm8k
+from verl.workers.reward.scorers import arithmetic, gsm8k, math_reward
 
 ScoreFn = Callable[..., "float | dict[str, Any]"]
 
@@ -41,6 +41,20 @@ def _gsm8k(solution_str: str, ground_truth: Any, extra_info: Any = None) -> floa
 register_scorer("openai/gsm8k")(_gsm8k)
 register_scorer("gsm8k")(_gsm8k)
 
+MATH_DATA_SOURCES = ("DigitalLearningGmbH/MATH-lighteval", "lighteval/MATH", "HuggingFaceH4/MATH-500")
+"""verl's data_source names for MATH: the dataset ``python -m verl.data.preprocess math`` writes, the hub id it
+replaced (lighteval/MATH is gone from the hub) and the MATH-500 test subset, all scored alike."""
+
+
+def _math(solution_str: str, ground_truth: Any, extra_info: Any = None) -> dict[str, float]:
+    """Last ``\\boxed{}`` vs the reference after Hendrycks normalisation; a correctness score, so also ``acc``."""
+    score = math_reward.compute_score(solution_str, ground_truth, extra_info=extra_info)
+    return {"score": score, "acc": score}
+
+
+for _name in MATH_DATA_SOURCES:
+    register_scorer(_name)(_math)
+
 
 def default_compute_score(
     data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None
@@ -65,4 +79,13 @@ def default_compute_score(
     return float(result)
 
 
-__all__ = ["SCORERS", "ScoreFn", "arithmetic", "default_compute_score", "gsm8k", "register_scorer"]
+__all__ = [
+    "MATH_DATA_SOURCES",
+    "SCORERS",
+    "ScoreFn",
+    "arithmetic",
+    "default_compute_score",
+    "gsm8k",
+    "math_reward",
+    "register_scorer",
+]

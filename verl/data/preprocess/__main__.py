@@ -1,0 +1,7 @@
+"""``python -m verl.data.preprocess``: see :mod:`verl.data.preprocess.cli`."""
+
+import sys
+
+from verl.data.preprocess.cli import main
+
+sys.exit(main())
