@@ -40,7 +40,20 @@ class ModelConfig:
     """response tokens per pass through the LM head when computing log-probs: full-vocabulary logits
     exist for at most this many tokens at once (recomputed in backward); 0 = all at once"""
     override_config: dict[str, Any] = field(default_factory=dict)
-    """free-form overrides for the transformers model config: not built yet, so only {} is accepted"""
+    """free-form overrides of the transformers model config, applied before the weights load (actor, rollout
+    and reference), e.g. {max_position_embeddings: 32768, attention_dropout: 0.0}; each key must be an
+    attribute the model's config already has"""
+    lora_rank: int = 0
+    """LoRA rank of the actor's adapters (peft); 0 = off, train every weight. The reference stays the base
+    model and exports merge the adapters into the weights"""
+    lora_alpha: int = 16
+    """LoRA scaling numerator: the adapter's update is scaled by lora_alpha / lora_rank"""
+    target_modules: Any = "all-linear"
+    """modules that get adapters: all-linear (every linear layer but the LM head), a list of module names
+    (e.g. [q_proj, v_proj]), or one regular expression matched against the full module names"""
+    exclude_modules: Optional[Any] = None
+    """modules to leave without adapters even when target_modules matches them: a list of names or a
+    regular expression; None = none"""
 
 
 @dataclass
@@ -244,6 +257,9 @@ class CriticModelConfig:
     """recompute activations in backward to save memory"""
     use_remove_padding: Optional[bool] = None
     """padding-free forward passes (see actor_rollout_ref.model); None = the actor's setting"""
+    override_config: dict[str, Any] = field(default_factory=dict)
+    """free-form overrides of the value model's transformers config, applied before the weights load (see
+    actor_rollout_ref.model.override_config, which the critic does not inherit)"""
 
 
 @dataclass

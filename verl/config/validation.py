@@ -259,6 +259,32 @@ def _rollout_ref_errors(errors: list[str], arr: Any) -> None:
         _at_least(errors, f"{name}.log_prob_max_token_len_per_gpu", section.log_prob_max_token_len_per_gpu, 1)
 
 
+def _lora_errors(errors: list[str], cfg: DictConfig) -> None:
+    """The actor's LoRA keys: rank and alpha in range, module names of the forms peft takes, and peft
+    installed when LoRA is on (it is an optional dependency: the message says what to install)."""
+    import importlib.util
+
+    model, prefix = cfg.actor_rollout_ref.model, f"{ARR}.model"
+    _at_least(errors, f"{prefix}.lora_rank", model.lora_rank, 0)
+    _in_range(errors, f"{prefix}.lora_alpha", model.lora_alpha, 0, low_open=True)
+    for key, nullable in (("target_modules", False), ("exclude_modules", True)):
+        value = model[key]
+        if value is None and nullable:
+            continue
+        names = OmegaConf.to_container(value) if isinstance(value, ListConfig) else [value]
+        if not names or not all(isinstance(name, str) and name for name in names):
+            null = " or null" if nullable else ""
+            errors.append(
+                f"{prefix}.{key} must be a module name or regular expression, or a list of module names "
+                f"(e.g. [q_proj, v_proj]){null}; got {short_repr(value)}"
+            )
+    if model.lora_rank > 0 and importlib.util.find_spec("peft") is None:
+        errors.append(
+            f"{prefix}.lora_rank={model.lora_rank} needs the peft package, which is not installed: "
+            "pip install peft (or pip install -e '.[peft]')"
+        )
+
+
 def _critic_errors(errors: list[str], critic: Any) -> None:
     _choice(errors, "critic.loss_agg_mode", critic.loss_agg_mode, LOSS_AGG_MODES)
     for key in (
@@ -372,6 +398,7 @@ def _trainer_config_errors(cfg: DictConfig) -> list[str]:
         )
     _actor_errors(errors, arr.actor)
     _rollout_ref_errors(errors, arr)
+    _lora_errors(errors, cfg)
     _critic_errors(errors, cfg.critic)
     _algorithm_errors(errors, cfg)
     _reward_errors(errors, cfg)

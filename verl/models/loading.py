@@ -13,7 +13,8 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from difflib import get_close_matches
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,6 +24,7 @@ from transformers import (
     AutoModelForCausalLM,
     AutoModelForTokenClassification,
     AutoTokenizer,
+    PretrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
@@ -185,7 +187,7 @@ def _from_pretrained(load: Callable[[], T], source: str, key: str | None, what: 
             f"({reason}){hint}; check the path, or the hub id, the network and HF_TOKEN"
         ) from exc
     except ValueError as exc:
-        if not local or isinstance(exc, InputError):
+        if not local or isinstance(exc, UserError):  # a ConfigError (override_config) says what to fix
             raise
         raise InputError(f"{_label(source, key)}: cannot load the {what} ({exc})") from exc
     except Exception as exc:
@@ -231,14 +233,23 @@ def max_positions(config: dict[str, Any]) -> int | None:
     return limit
 
 
-def check_fits_model(model_path: str | os.PathLike | None, longest: int, what: str, also: str = "") -> None:
+def check_fits_model(
+    model_path: str | os.PathLike | None,
+    longest: int,
+    what: str,
+    also: str = "",
+    overrides: Mapping[str, Any] | None = None,
+) -> None:
     """Raise a ConfigError when ``longest`` tokens (``what``: the config keys that add up to it, e.g.
     ``"data.max_prompt_length + data.max_response_length"``) exceed what the model at ``model_path`` allows
-    (its config.json's ``max_position_embeddings``). Does nothing for a hub id or a config without a limit.
-    ``also`` is another way to fix it, appended to the message."""
+    (its config.json's ``max_position_embeddings``, after the model's ``override_config`` ``overrides``: a
+    run that raises the limit there loads the model with it). Does nothing for a hub id or a config
+    without a limit. ``also`` is another way to fix it, appended to the message."""
     if model_path is None or not str(model_path).strip():
         return
     config = model_config_dict(model_path)
+    if config is not None:
+        config = {**config, **_plain_overrides(overrides)}
     limit = max_positions(config) if config is not None else None
     if limit is None or longest <= limit:
         return
@@ -361,24 +372,33 @@ def load_hf_model(
     trust_remote_code: bool = False,
     *,
     key: str | None = None,
+    override_config: Mapping[str, Any] | None = None,
+    override_key: str = "override_config",
     **kwargs: Any,
 ) -> PreTrainedModel:
     """Load any causal LM directory (Qwen2, Llama, Phi, ...) with `AutoModelForCausalLM`; ``key`` is the
-    config key that named ``path``, for the errors (see :func:`check_model_dir`)."""
+    config key that named ``path``, for the errors (see :func:`check_model_dir`).
+
+    ``override_config`` (verl's ``model.override_config``, named ``override_key`` in the errors) is applied
+    to the model's HuggingFace config before the weights load (see :func:`apply_config_overrides`)."""
     dtype = resolve_dtype(torch_dtype)
     source = check_model_dir(path, key)
-    return _from_pretrained(
-        lambda: AutoModelForCausalLM.from_pretrained(
+    overrides = _plain_overrides(override_config)
+
+    def load() -> PreTrainedModel:
+        extra = dict(kwargs)
+        if overrides:
+            config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
+            extra["config"] = apply_config_overrides(config, overrides, override_key)
+        return AutoModelForCausalLM.from_pretrained(
             source,
             dtype=dtype,
             attn_implementation=attn_implementation,
             trust_remote_code=trust_remote_code,
-            **kwargs,
-        ),
-        source,
-        key,
-        "model",
-    )
+            **extra,
+        )
+
+    return _from_pretrained(_naming_overrides(load, overrides, override_key, source), source, key, "model")
 
 
 def load_value_model(
@@ -388,19 +408,24 @@ def load_value_model(
     trust_remote_code: bool = False,
     *,
     key: str | None = None,
+    override_config: Mapping[str, Any] | None = None,
+    override_key: str = "override_config",
 ) -> PreTrainedModel:
     """A causal LM's backbone with a scalar head on every token (``AutoModelForTokenClassification``, one label).
 
     The head is new (randomly initialised) when ``path`` holds a causal LM; its dropout is switched off
     so that values are a deterministic function of the weights. ``key`` is the config key that named
-    ``path``, for the errors (see :func:`check_model_dir`).
+    ``path``, for the errors (see :func:`check_model_dir`); ``override_config`` as in :func:`load_hf_model`
+    (applied after the head's settings, so it has the last word).
     """
     dtype = resolve_dtype(torch_dtype)
     source = check_model_dir(path, key)
+    overrides = _plain_overrides(override_config)
 
     def load() -> PreTrainedModel:
         config = AutoConfig.from_pretrained(source, num_labels=1, trust_remote_code=trust_remote_code)
         config.classifier_dropout = 0.0  # read by transformers' token-classification heads
+        apply_config_overrides(config, overrides, override_key)
         return AutoModelForTokenClassification.from_pretrained(
             source,
             config=config,
@@ -409,4 +434,75 @@ def load_value_model(
             trust_remote_code=trust_remote_code,
         )
 
-    return _from_pretrained(load, source, key, "value model")
+    return _from_pretrained(
+        _naming_overrides(load, overrides, override_key, source), source, key, "value model"
+    )
+
+
+def _plain_overrides(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``model.override_config`` as a plain dict (an OmegaConf node is converted; None is empty)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(overrides, DictConfig):
+        return OmegaConf.to_container(overrides, resolve=True)
+    return dict(overrides or {})
+
+
+def _override_names(config: PretrainedConfig) -> list[str]:
+    """The attribute names of a HF config an override may set: what its config.json holds, and aliases."""
+    return sorted(set(config.to_dict()) | set(getattr(config, "attribute_map", {}) or {}))
+
+
+def apply_config_overrides(
+    config: PretrainedConfig, overrides: Mapping[str, Any], key: str = "override_config"
+) -> PretrainedConfig:
+    """Set each ``name: value`` of ``overrides`` on a HuggingFace config (in place; returned): verl's
+    ``model.override_config``, e.g. ``{"max_position_embeddings": 32768, "attention_dropout": 0.0}``.
+
+    Only attributes the config has can be set: an unknown name is a ConfigError naming ``key.name``, the
+    config class and the nearest known attribute, because transformers would keep a misspelt one as a new
+    attribute that nothing reads. A mapping given for a nested config (``text_config``) is applied to it
+    key by key.
+    """
+    from verl.config.errors import ConfigError
+
+    for name, value in overrides.items():
+        known = _override_names(config)
+        if name not in known:
+            close = get_close_matches(str(name), known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(
+                f"{key}.{name}: {type(config).__name__} has no attribute {name!r}{hint} (override_config "
+                "sets attributes of the model's config.json; it cannot add new ones)"
+            )
+        current = getattr(config, name)
+        if isinstance(current, PretrainedConfig) and isinstance(value, Mapping):
+            apply_config_overrides(current, value, f"{key}.{name}")
+        else:
+            setattr(config, name, value)
+    return config
+
+
+def _naming_overrides(
+    load: Callable[[], T], overrides: Mapping[str, Any], key: str, source: str
+) -> Callable[[], T]:
+    """``load``, with a failure to build the model from an overridden config (a size that no longer fits the
+    weights, a value of the wrong type) reported as a ConfigError naming the overrides rather than as a
+    problem with the weight files."""
+    if not overrides:
+        return load
+
+    def run() -> T:
+        from verl.config.errors import ConfigError, short_repr
+
+        try:
+            return load()
+        except (OSError, UserError):
+            raise
+        except Exception as error:
+            raise ConfigError(
+                f"{key}={short_repr(dict(overrides))}: {source} cannot be loaded with these overrides "
+                f"({describe_error(error)})"
+            ) from error
+
+    return run

@@ -168,12 +168,16 @@ def export_hf(
 
     ``checkpoint`` is a ``global_step_<N>`` directory, or a run directory (its latest checkpoint).
     The result loads with ``AutoModelForCausalLM.from_pretrained`` (or AutoModelForTokenClassification).
+    A policy trained with LoRA (its part holds an ``adapter_config.json``) is written with the adapters
+    merged into the weights, so loading it needs no peft.
     A non-empty ``out_dir`` is refused unless ``overwrite``; then only the files the export writes are
     replaced, and any other file there stays (the model is written to a temporary sibling first, so an
     interrupted export leaves ``out_dir`` as it was).
     """
     from safetensors.torch import load_model
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
+
+    from verl.models.lora import ADAPTER_CONFIG, load_merged, peft_available, peft_missing_message
 
     path = Path(checkpoint).expanduser()
     if not path.exists():
@@ -201,11 +205,17 @@ def export_hf(
         )
     if not (source / "huggingface" / "config.json").is_file():
         raise InputError(f"{source / 'huggingface'} has no config.json: is {path} a complete checkpoint?")
+    lora = (source / ADAPTER_CONFIG).is_file()
+    if lora and not peft_available():
+        raise InputError(peft_missing_message(f"exporting {source}, which was trained with LoRA,"))
     try:
         config = AutoConfig.from_pretrained(source / "huggingface")
         model_cls = AutoModelForCausalLM if part == "actor" else AutoModelForTokenClassification
         model = model_cls.from_config(config)
-        load_model(model, str(source / "model.safetensors"))
+        if lora:
+            model = load_merged(model, source)
+        else:
+            load_model(model, str(source / "model.safetensors"))
     except Exception as error:  # corrupt or mismatched files: the checkpoint's fault, said in one line
         raise InputError(
             f"checkpoint {path}: {source / 'model.safetensors'} cannot be read; is it whole? "

@@ -178,11 +178,14 @@ def prepare_inputs(config: TrainerConfig, log: Callable[[str], None] = print) ->
 LENGTHS = "data.max_prompt_length + data.max_response_length"
 
 
-def _check_fits(config: TrainerConfig, model_path: Any, also: str = "") -> None:
+def _check_fits(config: TrainerConfig, model_path: Any, also: str = "", overrides: Any = None) -> None:
+    """``overrides``: the model's ``override_config`` (the policy's by default), which may raise the limit."""
     from verl.models.loading import check_fits_model
 
+    if overrides is None:
+        overrides = config.actor_rollout_ref.model.override_config
     longest = config.data.max_prompt_length + config.data.max_response_length
-    check_fits_model(model_path, longest, LENGTHS, also=also)
+    check_fits_model(model_path, longest, LENGTHS, also=also, overrides=overrides)
 
 
 def check_inputs(config: TrainerConfig) -> None:
@@ -222,7 +225,7 @@ def check_inputs(config: TrainerConfig) -> None:
         resolve_dtype(critic.torch_dtype, "critic.model.torch_dtype")
         if critic.path:
             check_model_dir(critic.path, "critic.model.path")
-            _check_fits(config, critic.path)
+            _check_fits(config, critic.path, overrides=critic.override_config)
 
 
 def _check_names(config: TrainerConfig) -> None:

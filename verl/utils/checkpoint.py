@@ -8,7 +8,10 @@ Layout of ``<default_local_dir>``::
         config.yaml                       the run's resolved config
         checkpoint.json                   the id of the run that wrote it, the step, when
         actor/  critic/                   written by the role's workers:
-            model.safetensors             weights (rank 0)
+            model.safetensors             weights (rank 0); with LoRA the base and adapter weights, under
+                                          peft's layer names (``...q_proj.base_layer.weight``, ``lora_A``)
+            adapter_config.json           the actor's LoRA config, in peft's format (only with LoRA:
+                                          ``verl export`` rebuilds the adapters from it and merges them)
             optim.pt                      optimizer + LR schedule (rank 0)
             rng_rank<r>.pt                each rank's RNG states and shuffle generator
             huggingface/                  HF config, generation config, tokenizer (rank 0)

@@ -12,7 +12,6 @@ when a KL term needs it, a frozen reference copy. ``CriticWorker`` holds the val
 
 from __future__ import annotations
 
-import copy
 import functools
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.config import derive_sizes
 from verl.config.schema import TrainerConfig
 from verl.models import eos_token_ids, load_hf_model, load_value_model, resolve_device, tokenizer_for
+from verl.models.lora import apply_lora, base_model_copy, merged_copy
 from verl.protocol import DataProto
 from verl.single_controller import Dispatch, Worker, register
 from verl.utils.seeding import configure_torch_threads, set_seed
@@ -156,7 +156,11 @@ class ActorRolloutRefWorker(Worker):
             attn_implementation=attention_for(model_cfg.attn_implementation, model_cfg.use_remove_padding),
             trust_remote_code=model_cfg.trust_remote_code,
             key="actor_rollout_ref.model.path",
+            override_config=model_cfg.override_config,
+            override_key="actor_rollout_ref.model.override_config",
         ).to(self.device)
+        # LoRA (lora_rank > 0): adapters injected in place, only they train; the optimizer gets only them.
+        self.actor_model = apply_lora(self.actor_model, model_cfg)
         optimizer, lr_scheduler = prepare_for_training(
             self.actor_model, model_cfg, arr.actor.optim, total_training_steps
         )
@@ -177,8 +181,9 @@ class ActorRolloutRefWorker(Worker):
         )
         self.ref_model = self.ref_scorer = None
         if need_ref:
-            # The reference starts from the same weights and never trains: a deep copy saves a second load.
-            self.ref_model = copy.deepcopy(self.actor_model).eval().requires_grad_(False)
+            # The reference starts from the same weights and never trains: a deep copy saves a second load
+            # (with LoRA, the base weights without the adapters).
+            self.ref_model = base_model_copy(self.actor_model)
             self.ref_scorer = PolicyScorer(self.ref_model, **scoring)
 
     def sampling_params(self, validate: bool) -> SamplingParams:
@@ -259,7 +264,7 @@ class ActorRolloutRefWorker(Worker):
     def save_hf(self, path: str) -> None:
         """Write the current policy as a HuggingFace directory (weights, config, tokenizer); rank 0 writes."""
         if self.rank == 0:
-            self.actor_model.save_pretrained(path)
+            merged_copy(self.actor_model).save_pretrained(path)  # LoRA adapters merged into the weights
             self.tokenizer.save_pretrained(path)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -307,6 +312,8 @@ class CriticWorker(Worker):
             attn_implementation=attention_for(model_cfg.attn_implementation, remove_padding),
             trust_remote_code=model_cfg.trust_remote_code,
             key="critic.model.path" if model_cfg.path else "actor_rollout_ref.model.path",
+            override_config=model_cfg.override_config,
+            override_key="critic.model.override_config",
         ).to(self.device)
         optimizer, lr_scheduler = prepare_for_training(
             self.value_model, model_cfg, critic_cfg.optim, total_training_steps

@@ -11,9 +11,16 @@ from verl.config.schema import OptimConfig
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], optim: OptimConfig) -> torch.optim.Optimizer:
-    """AdamW from an ``optim`` config section (lr, weight_decay, betas)."""
+    """AdamW from an ``optim`` config section (lr, weight_decay, betas), over the parameters that train.
+
+    Frozen ones (``requires_grad=False``: a LoRA model's base weights) are left out, so the optimizer
+    keeps no state for them and its checkpoint holds the adapters' only.
+    """
     betas = tuple(optim.betas)
-    return torch.optim.AdamW(params, lr=optim.lr, weight_decay=optim.weight_decay, betas=betas, foreach=False)
+    trained = [p for p in params if p.requires_grad]
+    return torch.optim.AdamW(
+        trained, lr=optim.lr, weight_decay=optim.weight_decay, betas=betas, foreach=False
+    )
 
 
 def clip_and_step(

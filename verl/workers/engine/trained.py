@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_model, save_model
 
+from verl.models.lora import adapter_config, check_checkpoint_adapters
 from verl.utils.checkpoint import atomic_torch_save, rng_state, set_rng_state
 from verl.workers.engine.distributed import unwrap, wrap_ddp
 
@@ -80,7 +81,9 @@ class TrainedModel:
     ) -> threading.Thread | None:
         """Write this rank's part of a checkpoint into ``path``: weights, optimizer and LR schedule from
         rank 0 (they are the same on every rank), the RNG states and shuffle generator from each rank.
-        A ``done_rank<r>`` file is written last, so a reader knows the part is complete.
+        A ``done_rank<r>`` file is written last, so a reader knows the part is complete. A model with LoRA
+        adapters also gets their peft config (``adapter_config.json``): its weights file holds the base and
+        adapter weights under peft's layer names, which a reader (``verl export``) must rebuild.
 
         ``background=True`` copies the state now and writes it in a thread (returned), so training can
         go on while the files are written.
@@ -93,6 +96,7 @@ class TrainedModel:
                 "optimizer": self.optimizer.state_dict(),
                 "lr_scheduler": self.lr_scheduler.state_dict(),
             }
+            state["adapter"] = adapter_config(self.hf_model)
         if background:
             state = copy.deepcopy(state)
             thread = threading.Thread(
@@ -107,6 +111,7 @@ class TrainedModel:
         """Restore what :meth:`save_checkpoint` wrote; a rank with no RNG file of its own (the run had
         fewer ranks) takes rank 0's."""
         path = Path(path)
+        check_checkpoint_adapters(path, self.hf_model)
         load_model(self.hf_model, str(path / "model.safetensors"))
         optim = torch.load(path / "optim.pt", weights_only=False)
         self.optimizer.load_state_dict(optim["optimizer"])
@@ -124,5 +129,7 @@ def _write_part(path: Path, rank: int, state: dict[str, Any]) -> None:
         save_model(state["model"], str(tmp))
         tmp.replace(path / "model.safetensors")
         atomic_torch_save(state["optim"], path / "optim.pt")
+        if state["adapter"] is not None:
+            state["adapter"].save_pretrained(str(path))  # adapter_config.json
     atomic_torch_save({"rng": state["rng"], "generator": state["generator"]}, path / f"rng_rank{rank}.pt")
     (path / f"done_rank{rank}").write_text("")

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from verl.models.kv_cache import cache_keyword, distinct_rows, new_cache
+from verl.models.lora import has_adapters
 from verl.models.plumbing import position_ids
 
 # Rope variants whose frequencies depend on the sequence length cannot use a precomputed table.
@@ -130,7 +131,13 @@ def _project(x: torch.Tensor, projection: Projection) -> torch.Tensor:
 
 
 def lean_decoder_supported(model: torch.nn.Module) -> bool:
-    """Whether ``model`` is a plain Llama-style decoder the lean step reproduces exactly."""
+    """Whether ``model`` is a plain Llama-style decoder the lean step reproduces exactly.
+
+    Not one with LoRA adapters (`verl.models.lora`): the lean step reads each projection's base weight
+    and would decode without the adapters; the model's own forward applies them.
+    """
+    if has_adapters(model):
+        return False
     config = getattr(model, "config", None)
     if config is None or getattr(config, "model_type", None) not in _LEAN_MODEL_TYPES:
         return False

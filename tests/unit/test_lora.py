@@ -1,0 +1,298 @@
+"""LoRA on the actor (verl's ``actor_rollout_ref.model.lora_*`` keys, through peft) and ``model.override_config``.
+
+The tiny model (2 layers, hidden 64) takes well under a second per forward pass, so every test builds what
+it needs from the session's model directory.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from verl.config import ConfigError, load_config
+from verl.config.schema import ActorConfig, ModelConfig
+from verl.models import load_hf_model, load_value_model
+from verl.models.loading import check_fits_model, model_config_dict
+from verl.models.lora import (
+    ADAPTER_CONFIG,
+    apply_lora,
+    base_model_copy,
+    has_adapters,
+    merged_copy,
+)
+from verl.protocol import DataProto
+from verl.workers.actor import Actor, compute_log_prob
+from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
+from verl.workers.engine.scoring import PolicyScorer
+from verl.workers.rollout import SamplingParams, get_rollout_class
+from verl.workers.rollout.decoders import lean_decoder_supported
+
+pytest.importorskip("peft")
+
+ARR = "actor_rollout_ref"
+BATCH, PROMPT_LEN, RESPONSE_LEN = 4, 5, 4
+
+
+def model_cfg(**keys):
+    return OmegaConf.merge(OmegaConf.structured(ModelConfig), {"lora_rank": 8, "lora_alpha": 16, **keys})
+
+
+def actor_cfg():
+    return OmegaConf.merge(
+        OmegaConf.structured(ActorConfig), {"optim": {"lr": 1e-2, "lr_warmup_steps": 0}, "shuffle": False}
+    )
+
+
+def lora_model(model_dir, **keys):
+    torch.manual_seed(0)
+    return apply_lora(load_hf_model(model_dir), model_cfg(**keys))
+
+
+def with_trained_adapters(model):
+    """``model`` with every ``lora_B`` random (peft starts it at zero, so the adapters would change nothing)."""
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(0.5 * torch.randn(param.shape, generator=g))
+    return model
+
+
+def batch(vocab: int) -> DataProto:
+    """Prompts and responses with advantages and old log-probs, as an update gets them."""
+    g = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(3, vocab, (BATCH, PROMPT_LEN + RESPONSE_LEN), generator=g)
+    attention_mask = torch.ones_like(input_ids)
+    response_mask = torch.ones(BATCH, RESPONSE_LEN)
+    return DataProto.from_dict(
+        tensors={
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": (attention_mask.cumsum(-1) - 1).clamp_min(0),
+            "responses": input_ids[:, PROMPT_LEN:],
+            "response_mask": response_mask,
+            "advantages": torch.randn(BATCH, RESPONSE_LEN, generator=g),
+        }
+    )
+
+
+def log_probs(model, data: DataProto) -> torch.Tensor:
+    return compute_log_prob(PolicyScorer(model), data, None, temperature=1.0)[0]
+
+
+# ------------------------------------------------------------------------------------------------ LoRA
+
+
+def test_only_the_adapters_train_and_the_optimizer_gets_only_them(tiny_model_dir):
+    model = lora_model(tiny_model_dir)
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
+    # all-linear: every projection of every layer, never the LM head
+    projections = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    assert len(trainable) == 2 * len(projections) * model.config.num_hidden_layers
+    assert not any("lm_head" in n or "embed" in n for n in trainable)
+    optimizer = build_optimizer(model.parameters(), actor_cfg().optim)
+    assert sum(len(g["params"]) for g in optimizer.param_groups) == len(trainable)
+    assert isinstance(model, type(load_hf_model(tiny_model_dir)))  # the transformers model, not a PeftModel
+
+
+def test_target_and_exclude_modules_choose_the_layers(tiny_model_dir):
+    model = lora_model(
+        tiny_model_dir, target_modules=["q_proj", "v_proj"], exclude_modules="model.layers.0.*"
+    )
+    adapted = {n.split(".lora_")[0] for n, p in model.named_parameters() if p.requires_grad}
+    assert adapted == {"model.layers.1.self_attn.q_proj", "model.layers.1.self_attn.v_proj"}
+
+
+def test_rank_zero_leaves_the_model_alone(tiny_model_dir):
+    model = load_hf_model(tiny_model_dir)
+    assert apply_lora(model, model_cfg(lora_rank=0)) is model and not has_adapters(model)
+    assert all(p.requires_grad for p in model.parameters())
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_one_optimizer_step_moves_only_the_adapters(checkpointing, tiny_model_dir):
+    model = lora_model(tiny_model_dir, enable_gradient_checkpointing=checkpointing)
+    if checkpointing:  # as the worker does after apply_lora (prepare_for_training)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+    cfg = actor_cfg()
+    optimizer = build_optimizer(model.parameters(), cfg.optim)
+    actor = Actor(model, cfg, optimizer, build_lr_scheduler(optimizer, cfg.optim, 1), seed=0)
+    data = batch(model.config.vocab_size)
+    data.batch["old_log_probs"] = actor.compute_log_prob(data, None, temperature=1.0)[0]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    metrics = actor.update_policy(data, mini_batch_size=BATCH, micro_batch_size=2, temperature=1.0)
+    assert metrics["actor/grad_norm"] > 0
+    after = model.state_dict()
+    moved = {k for k in before if not torch.equal(before[k], after[k])}
+    assert moved and all(".lora_" in k for k in moved)
+    assert all(k in moved for k in before if ".lora_B." in k)  # B starts at 0 and gets the gradient
+
+
+def test_reference_log_probs_are_the_base_models(tiny_model_dir):
+    model = with_trained_adapters(lora_model(tiny_model_dir))
+    data = batch(model.config.vocab_size)
+    reference = base_model_copy(model)
+    assert not has_adapters(reference) and not any(p.requires_grad for p in reference.parameters())
+    assert has_adapters(model)  # the copy leaves the actor as it was
+    base = log_probs(load_hf_model(tiny_model_dir), data)
+    assert torch.equal(log_probs(reference, data), base)
+    assert not torch.allclose(log_probs(model, data), base, atol=1e-3)  # the adapters do change the policy
+
+
+def test_merged_copy_is_base_plus_scaled_b_times_a(tiny_model_dir):
+    model = with_trained_adapters(lora_model(tiny_model_dir, lora_rank=4, lora_alpha=8))
+    merged = merged_copy(model)
+    assert not has_adapters(merged) and has_adapters(model)
+    base = load_hf_model(tiny_model_dir).state_dict()
+    state = model.state_dict()
+    name = "model.layers.1.mlp.down_proj"
+    delta = state[f"{name}.lora_B.default.weight"] @ state[f"{name}.lora_A.default.weight"] * (8 / 4)
+    torch.testing.assert_close(merged.state_dict()[f"{name}.weight"], base[f"{name}.weight"] + delta)
+    assert set(merged.state_dict()) == set(base)
+    data = batch(model.config.vocab_size)
+    torch.testing.assert_close(log_probs(merged, data), log_probs(model, data), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("engine", ["fast", "hf"])
+def test_rollout_engines_generate_with_the_adapters(engine, tiny_model_dir):
+    """The lean decode step reads base weights only, so an adapted model decodes through its own forward:
+    greedy tokens are the adapted policy's argmax and the fast engine's log-probs are the actor's."""
+    model = with_trained_adapters(lora_model(tiny_model_dir)).eval()
+    assert lean_decoder_supported(load_hf_model(tiny_model_dir)) and not lean_decoder_supported(model)
+    whole = batch(model.config.vocab_size).batch
+    prompts = DataProto.from_dict(
+        tensors={k: whole[k][:2, :PROMPT_LEN] for k in ("input_ids", "attention_mask", "position_ids")}
+    )
+    rollout = get_rollout_class(engine)(model, eos_token_ids=[0], pad_token_id=1)
+    sampling = SamplingParams(temperature=1.0, do_sample=False, max_new_tokens=RESPONSE_LEN)
+    out = rollout.generate_sequences(prompts, sampling)
+    with torch.no_grad():
+        ids = prompts.batch["input_ids"]
+        for _ in range(RESPONSE_LEN):
+            ids = torch.cat([ids, model(input_ids=ids).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    mask = out.batch["response_mask"].bool()
+    assert torch.equal(out.batch["responses"][mask], ids[:, PROMPT_LEN:][mask])
+    if engine == "fast":
+        actor = log_probs(model, out)
+        torch.testing.assert_close(out.batch["rollout_log_probs"], actor, atol=1e-5, rtol=1e-5)
+
+
+def test_a_target_module_that_matches_nothing_names_the_key_and_the_layers(tiny_model_dir):
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.model\.target_modules=\['qproj'\]") as error:
+        lora_model(tiny_model_dir, target_modules=["qproj"])
+    assert "q_proj, k_proj, v_proj" in str(error.value) and "Traceback" not in str(error.value)
+    with pytest.raises(
+        ConfigError, match=r"target_modules=.* with actor_rollout_ref\.model\.exclude_modules"
+    ):
+        lora_model(tiny_model_dir, target_modules=["q_proj"], exclude_modules=["q_proj"])
+
+
+def test_checkpoint_round_trip_of_a_lora_actor(tiny_model_dir, tmp_path):
+    model = with_trained_adapters(lora_model(tiny_model_dir))
+    cfg = actor_cfg()
+    optimizer = build_optimizer(model.parameters(), cfg.optim)
+    actor = Actor(model, cfg, optimizer, build_lr_scheduler(optimizer, cfg.optim, 1), seed=0)
+    actor.save_checkpoint(tmp_path / "actor", rank=0)
+    assert (tmp_path / "actor" / ADAPTER_CONFIG).is_file()
+
+    fresh = lora_model(tiny_model_dir)  # adapters initialised afresh
+    optimizer = build_optimizer(fresh.parameters(), cfg.optim)
+    restored = Actor(fresh, cfg, optimizer, build_lr_scheduler(optimizer, cfg.optim, 1), seed=0)
+    restored.load_checkpoint(tmp_path / "actor", rank=0)
+    saved = model.state_dict()
+    assert all(torch.equal(v, saved[k]) for k, v in fresh.state_dict().items())
+
+    plain = load_hf_model(tiny_model_dir)
+    optimizer = build_optimizer(plain.parameters(), cfg.optim)
+    without = Actor(plain, cfg, optimizer, build_lr_scheduler(optimizer, cfg.optim, 1), seed=0)
+    with pytest.raises(ValueError, match=r"trained with actor_rollout_ref\.model\.lora_rank=8, but this run"):
+        without.load_checkpoint(tmp_path / "actor", rank=0)
+
+
+# ------------------------------------------------------------------------------------------------ validation
+
+
+def test_lora_keys_are_validated():
+    with pytest.raises(ConfigError) as error:
+        load_config(
+            "grpo",
+            [
+                f"{ARR}.model.path=/nowhere",
+                f"{ARR}.model.lora_rank=-1",
+                f"{ARR}.model.lora_alpha=0",
+                f"{ARR}.model.target_modules=[]",
+            ],
+        )
+    message = str(error.value)
+    assert f"{ARR}.model.lora_rank must be >= 0; got -1" in message
+    assert f"{ARR}.model.lora_alpha must be > 0; got 0" in message
+    assert f"{ARR}.model.target_modules must be a module name" in message
+    config = load_config(
+        "grpo",
+        [f"{ARR}.model.path=/nowhere", f"{ARR}.model.lora_rank=8", f"{ARR}.model.target_modules=[q_proj]"],
+    )
+    assert config[ARR].model.lora_rank == 8 and list(config[ARR].model.target_modules) == ["q_proj"]
+
+
+def test_lora_without_peft_says_what_to_install(monkeypatch):
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "peft" else find_spec(name, *a)
+    )
+    with pytest.raises(
+        ConfigError, match=rf"{ARR}\.model\.lora_rank=8 needs the peft package.*pip install peft"
+    ):
+        load_config("grpo", [f"{ARR}.model.path=/nowhere", f"{ARR}.model.lora_rank=8"])
+    load_config("grpo", [f"{ARR}.model.path=/nowhere"])  # LoRA off: peft is not needed
+
+
+# ------------------------------------------------------------------------------------------------ override_config
+
+
+def test_override_config_changes_the_loaded_config(tiny_model_dir):
+    overrides = OmegaConf.create({"max_position_embeddings": 4096, "attention_dropout": 0.25})
+    model = load_hf_model(tiny_model_dir, override_config=overrides)
+    assert model.config.max_position_embeddings == 4096 and model.config.attention_dropout == 0.25
+    plain = load_hf_model(tiny_model_dir)
+    assert plain.config.max_position_embeddings != 4096
+    assert all(torch.equal(v, plain.state_dict()[k]) for k, v in model.state_dict().items())
+    critic = load_value_model(tiny_model_dir, override_config={"attention_dropout": 0.5})
+    assert critic.config.attention_dropout == 0.5 and critic.config.num_labels == 1
+
+
+def test_an_unknown_override_names_the_key_and_the_config_class(tiny_model_dir):
+    key = f"{ARR}.model.override_config"
+    with pytest.raises(
+        ConfigError,
+        match=rf"{key}\.max_position_embedding: Qwen2Config has no attribute 'max_position_embedding'; "
+        r"did you mean 'max_position_embeddings'\?",
+    ):
+        load_hf_model(tiny_model_dir, override_config={"max_position_embedding": 8}, override_key=key)
+
+
+def test_an_override_the_weights_cannot_take_names_the_overrides(tiny_model_dir):
+    with pytest.raises(
+        ConfigError, match=r"critic\.model\.override_config=\{'hidden_size': 32\}: .* cannot be loaded"
+    ):
+        load_value_model(
+            tiny_model_dir, override_config={"hidden_size": 32}, override_key="critic.model.override_config"
+        )
+
+
+def test_critic_has_its_own_override_config():
+    config = load_config(
+        "ppo", [f"{ARR}.model.path=/nowhere", "critic.model.override_config.attention_dropout=0.0"]
+    )
+    assert dict(config.critic.model.override_config) == {"attention_dropout": 0.0}
+
+
+def test_a_raised_position_limit_counts_when_checking_the_lengths(tiny_model_dir):
+    limit = model_config_dict(tiny_model_dir)["max_position_embeddings"]
+    with pytest.raises(ConfigError, match=f"max_position_embeddings = {limit}"):
+        check_fits_model(tiny_model_dir, 2 * limit, "data.max_prompt_length + data.max_response_length")
+    raised = OmegaConf.create({"max_position_embeddings": 2 * limit})
+    check_fits_model(tiny_model_dir, 2 * limit, "data.max_prompt_length", overrides=raised)

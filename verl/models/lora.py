@@ -1,0 +1,210 @@
+"""LoRA adapters on the actor, through peft, with verl's keys (``actor_rollout_ref.model.lora_rank``,
+``lora_alpha``, ``target_modules``, ``exclude_modules``).
+
+peft injects the adapters into the model in place: each targeted ``nn.Linear`` becomes a LoRA layer that
+holds the frozen base layer and the trainable ``lora_A`` / ``lora_B``, and every other parameter is frozen.
+The workers keep the plain transformers model that the adapters live in (``PeftModel.get_base_model()``),
+not the ``PeftModel`` shell, so the scorers, the rollout engines, DDP and the checkpoints see the module
+they see without LoRA: only its trainable parameters differ, and the optimizer gets only those.
+
+Where an adapted model leaves the worker:
+
+- the reference policy is the base model: verl computes it with the adapters disabled; here it is a copy
+  without them (:func:`base_model_copy`), so it can never pick up a trained adapter;
+- a HuggingFace directory of the policy holds the adapters merged into the base weights
+  (:func:`merged_copy` for a live model, :func:`load_merged` with peft's ``merge_and_unload`` for a
+  checkpoint), so ``AutoModelForCausalLM.from_pretrained`` loads it without peft;
+- a checkpoint holds the adapted model's whole state (base and adapter weights) plus the adapter's peft
+  config (:data:`ADAPTER_CONFIG`), which is what tells a reader the weights carry adapters;
+- the fast rollout engine decodes an adapted model with its own forward (the lean decode step reads base
+  weights only: ``verl.workers.rollout.decoders.lean_decoder_supported``).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ADAPTER_CONFIG = "adapter_config.json"
+"""peft's file name for a LoRA config, written next to a checkpoint part's ``model.safetensors``"""
+
+SECTION = "actor_rollout_ref.model"
+"""the config section whose keys configure the actor's adapters"""
+
+
+def peft_available() -> bool:
+    """Whether the peft package is installed (checked without importing it)."""
+    return importlib.util.find_spec("peft") is not None
+
+
+def peft_missing_message(what: str) -> str:
+    """What to say when ``what`` (e.g. ``"actor_rollout_ref.model.lora_rank=8"``) needs peft and it is not
+    installed."""
+    return f"{what} needs the peft package, which is not installed: pip install peft (or pip install -e '.[peft]')"
+
+
+def has_adapters(model: torch.nn.Module) -> bool:
+    """Whether peft injected adapters into ``model`` (peft records their configs on it as ``peft_config``)."""
+    return bool(getattr(model, "peft_config", None))
+
+
+def _plain(value: Any) -> Any:
+    """An OmegaConf list or mapping as plain Python (peft checks for ``str`` / ``list`` / ``set``)."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+def lora_config(model_cfg: Any) -> Any:
+    """The ``peft.LoraConfig`` of a model config section, as verl builds it: ``r=lora_rank``,
+    ``lora_alpha``, ``target_modules``, ``exclude_modules``, no bias terms, a causal LM task.
+    ``exclude_modules`` is passed only when set: peft before 0.14 does not know the keyword."""
+    from peft import LoraConfig
+
+    excluded = model_cfg.exclude_modules
+    return LoraConfig(
+        r=int(model_cfg.lora_rank),
+        lora_alpha=model_cfg.lora_alpha,
+        target_modules=_plain(model_cfg.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+        **({"exclude_modules": _plain(excluded)} if excluded is not None else {}),
+    )
+
+
+def _get_peft_model(model: torch.nn.Module, config: Any) -> Any:
+    """``peft.get_peft_model``, without the FutureWarning transformers 5 gives for the property peft reads
+    (``is_gradient_checkpointing``, renamed): a warning on every LoRA run that asks nothing of the user."""
+    from peft import get_peft_model
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        return get_peft_model(model, config)
+
+
+def linear_layer_names(model: torch.nn.Module, limit: int = 12) -> list[str]:
+    """The distinct last name parts of ``model``'s linear layers (``q_proj``, ``up_proj``, ...), in model
+    order: the names ``target_modules`` can list."""
+    names: list[str] = []
+    for name, module in model.named_modules():
+        short = name.rpartition(".")[2]
+        if isinstance(module, torch.nn.Linear) and short not in names:
+            names.append(short)
+    return names[:limit]
+
+
+def apply_lora(model: torch.nn.Module, model_cfg: Any, section: str = SECTION) -> torch.nn.Module:
+    """``model`` with LoRA adapters injected (``peft.get_peft_model``) when ``model_cfg.lora_rank > 0``,
+    else ``model`` unchanged; ``section`` is the config section, for the errors.
+
+    Returns the transformers model itself, adapted in place, with only ``lora_A`` / ``lora_B`` trainable.
+    A ``target_modules`` / ``exclude_modules`` that leaves nothing to adapt is a ConfigError naming the
+    key and the model's linear layer names, not peft's traceback. Under gradient checkpointing the
+    embeddings' output is made to require grad: with the embeddings frozen, reentrant checkpointing would
+    otherwise see no input that needs a gradient and give the adapters none.
+    """
+    if not model_cfg.lora_rank:
+        return model
+    from verl.config.errors import ConfigError, short_repr
+
+    if not peft_available():
+        raise ConfigError(peft_missing_message(f"{section}.lora_rank={model_cfg.lora_rank}"))
+    try:
+        adapted = _get_peft_model(model, lora_config(model_cfg)).get_base_model()
+    except (ValueError, TypeError) as error:  # nothing matched, a peft config check, an older peft
+        excluded = model_cfg.exclude_modules
+        also = f" with {section}.exclude_modules={short_repr(_plain(excluded))}" if excluded else ""
+        raise ConfigError(
+            f"{section}.target_modules={short_repr(_plain(model_cfg.target_modules))}{also}: LoRA cannot be "
+            f"applied to {type(model).__name__} ({str(error).strip().splitlines()[0]}); its linear layers are "
+            f"named {', '.join(linear_layer_names(model))}: list some of them, or use 'all-linear'"
+        ) from error
+    if model_cfg.enable_gradient_checkpointing:
+        adapted.enable_input_require_grads()
+    return adapted
+
+
+def _without_adapters(model: torch.nn.Module, merge: bool) -> torch.nn.Module:
+    """Replace each LoRA layer of ``model`` by its base layer, in place, after adding the adapter's
+    ``B @ A * alpha / r`` into the base weight when ``merge`` (peft's own unload, for a model that has no
+    ``PeftModel`` shell around it)."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    for name, module in list(model.named_modules()):
+        if isinstance(module, BaseTunerLayer):
+            if merge:
+                module.merge()
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent), child, module.get_base_layer())
+    del model.peft_config
+    return model
+
+
+def base_model_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A frozen copy of ``model``'s base policy, in eval mode: the reference policy.
+
+    Without adapters this is a plain copy. With them it is the base weights alone, which is the policy
+    verl's reference computes with the adapters disabled; the adapters are dropped, not merged.
+    """
+    base = copy.deepcopy(model)
+    if has_adapters(base):
+        _without_adapters(base, merge=False)
+    return base.eval().requires_grad_(False)
+
+
+def merged_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` as a plain transformers model: a copy with each adapter merged into its base weights, or
+    ``model`` itself when it has none (what ``save_pretrained`` should write)."""
+    if not has_adapters(model):
+        return model
+    return _without_adapters(copy.deepcopy(model), merge=True)
+
+
+def adapter_config(model: torch.nn.Module) -> Any:
+    """The peft config of ``model``'s adapter (None without one): what a checkpoint saves beside the
+    weights, so that a reader can rebuild the same layers."""
+    configs: Mapping[str, Any] = getattr(model, "peft_config", None) or {}
+    if len(configs) > 1:
+        raise ValueError(f"the model carries {len(configs)} adapters ({', '.join(configs)}); verl trains one")
+    return next(iter(configs.values()), None)
+
+
+def check_checkpoint_adapters(checkpoint_part: str | Path, model: torch.nn.Module) -> None:
+    """Refuse to load checkpoint part ``checkpoint_part`` into ``model`` when one has adapters and the
+    other not, or their ranks differ: the weights would not fit, and the fix is a config key."""
+    saved_file = Path(checkpoint_part) / ADAPTER_CONFIG
+    saved_rank = _saved_rank(saved_file) if saved_file.is_file() else 0
+    config = adapter_config(model)
+    rank = int(config.r) if config is not None else 0
+    if saved_rank != rank:
+        raise ValueError(
+            f"the checkpoint at {checkpoint_part} was trained with {SECTION}.lora_rank={saved_rank}, but this "
+            f"run has {SECTION}.lora_rank={rank}; resume with the checkpoint's lora_rank"
+        )
+
+
+def _saved_rank(path: Path) -> int:
+    return int(json.loads(path.read_text(encoding="utf-8")).get("r", 0))
+
+
+def load_merged(model: torch.nn.Module, checkpoint_part: str | Path) -> torch.nn.Module:
+    """``model`` (new, built from the checkpoint's HF config) with the weights of a LoRA checkpoint part,
+    adapters merged (``merge_and_unload``): a plain transformers model to ``save_pretrained``."""
+    from peft import LoraConfig
+    from safetensors.torch import load_model
+
+    part = Path(checkpoint_part)
+    config = LoraConfig.from_pretrained(str(part))
+    config.base_model_name_or_path = None  # the training run's model path; the base here is the checkpoint's
+    peft_model = _get_peft_model(model, config)
+    load_model(peft_model.get_base_model(), str(part / "model.safetensors"))
+    return peft_model.merge_and_unload()
