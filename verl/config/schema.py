@@ -33,6 +33,7 @@ __all__ = [
     "ActorConfig",
     "ActorRolloutRefConfig",
     "AlgorithmConfig",
+    "CompatSection",
     "CriticConfig",
     "CriticModelConfig",
     "CustomRewardFunctionConfig",
@@ -94,6 +95,9 @@ class DataConfig:
     """use at most this many training rows; -1 = all"""
     val_max_samples: int = -1
     """use at most this many validation rows; -1 = all"""
+    apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    """extra keyword arguments for tokenizer.apply_chat_template when rendering prompts (e.g.
+    enable_thinking: false), as in verl"""
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -299,6 +303,21 @@ class PrepareConfig:
 
 
 @dataclass
+class CompatSection:
+    """``compat`` (not in verl; written by the loader): how the original verl's settings in this config were
+    read. Each entry is reported once at start-up; see :mod:`verl.config.verl_compat`."""
+
+    no_effect: dict[str, Any] = field(default_factory=dict)
+    """verl keys set here that change nothing in this repository (FSDP offload, vLLM tuning, ...), with the
+    value given"""
+    deprecated: dict[str, Any] = field(default_factory=dict)
+    """verl's old spellings, with the value given: each was written to the key it became"""
+    mapped: dict[str, Any] = field(default_factory=dict)
+    """settings changed to what this machine runs, with the value asked for: 8 GPUs with trainer.backend=local
+    train as one process, rollout.name=vllm generates with the fast engine, strategy=fsdp trains as dp"""
+
+
+@dataclass
 class TrainerConfig:
     """Top-level config of ``verl run`` (PPO/GRPO-family RL training)."""
 
@@ -318,3 +337,5 @@ class TrainerConfig:
     """loop, logging and checkpoints"""
     prepare: PrepareConfig = field(default_factory=PrepareConfig)
     """creation of missing inputs (ours, not verl)"""
+    compat: CompatSection = field(default_factory=CompatSection)
+    """how verl's own settings were read (ours, written by the loader)"""

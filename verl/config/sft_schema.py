@@ -5,7 +5,7 @@
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from verl.config.schema import OptimConfig
+from verl.config.schema import CompatSection, OptimConfig
 
 
 @dataclass
@@ -17,9 +17,16 @@ class SFTDataConfig:
     val_files: Any = None
     """validation parquet file(s): not built yet (verl sft has no validation pass), so only None is accepted"""
     prompt_key: str = "prompt"
-    """column holding the prompt"""
+    """column holding the prompt (a chat message list or a string); dots index into nested row fields
+    (extra_info.question)"""
     response_key: str = "reward_model.ground_truth"
     """column holding the target response; dots index into nested row fields"""
+    messages_key: Optional[str] = None
+    """column holding a whole chat (a list of {role, content} messages, verl's multi-turn SFT); when set,
+    every assistant turn is a training target and prompt_key/response_key are not read"""
+    apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    """extra keyword arguments for tokenizer.apply_chat_template when rendering prompts (e.g.
+    enable_thinking: false), as in verl"""
     max_length: int = 128
     """maximum prompt + response length in tokens"""
     train_batch_size: int = 64
@@ -44,6 +51,17 @@ class SFTModelConfig:
     """transformers attention backend: sdpa | eager | flash_attention_2"""
     trust_remote_code: bool = False
     """allow custom modelling code shipped with the checkpoint"""
+    lora_rank: int = 0
+    """LoRA rank of the adapters trained instead of the full weights (peft); 0 = off, train every weight.
+    The saved model has the adapters merged into its weights (a plain transformers model)"""
+    lora_alpha: int = 16
+    """LoRA scaling numerator: the adapter's update is scaled by lora_alpha / lora_rank"""
+    target_modules: Any = "all-linear"
+    """modules that get adapters: all-linear (every linear layer but the LM head), a list of module names
+    (e.g. [q_proj, v_proj]), or one regular expression matched against the full module names"""
+    exclude_modules: Optional[Any] = None
+    """modules to leave without adapters even when target_modules matches them: a list of names or a
+    regular expression; None = none"""
 
 
 @dataclass
@@ -66,6 +84,10 @@ class SFTTrainerSection:
     """passes over the training set (ignored when total_training_steps is set)"""
     seed: int = 1
     """random seed"""
+    project_name: str = "verl"
+    """project name (as in verl: it names the output directory of verl's SFT defaults)"""
+    experiment_name: str = "sft"
+    """experiment name (as in verl: it names the output directory of verl's SFT defaults)"""
     default_local_dir: str = "outputs/sft"
     """output directory for the fine-tuned model and logs"""
     on_existing_run: str = "refuse"
@@ -91,3 +113,5 @@ class SFTConfig:
     """optimizer, schedule and gradient clipping"""
     trainer: SFTTrainerSection = field(default_factory=SFTTrainerSection)
     """loop, logging and output"""
+    compat: CompatSection = field(default_factory=CompatSection)
+    """how verl's own SFT settings were read (ours, written by the loader)"""

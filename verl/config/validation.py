@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from verl.config.backends import backend_errors, sft_backend_errors
+from verl.config.backends import backend_errors
 from verl.config.errors import ConfigError, short_repr
 from verl.config.schema import TrainerConfig
 from verl.config.sizes import TOKEN_BUDGET_KEYS, derive_sizes, token_budgets
@@ -160,6 +160,29 @@ def _trainer_loop_errors(errors: list[str], trainer: Any) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ RL sections
+CHAT_TEMPLATE_OWN_ARGS = (
+    "conversation",
+    "add_generation_prompt",
+    "tokenize",
+    "continue_final_message",
+    "return_dict",
+    "return_tensors",
+)
+"""arguments of ``apply_chat_template`` that verl sets itself when rendering prompts"""
+
+
+def _chat_template_kwargs_errors(errors: list[str], data: Any) -> None:
+    """``data.apply_chat_template_kwargs`` (RL and SFT): none of the arguments the renderer sets itself."""
+    kwargs = data.apply_chat_template_kwargs
+    taken = [k for k in kwargs if k in CHAT_TEMPLATE_OWN_ARGS]
+    if taken:
+        errors.append(
+            f"data.apply_chat_template_kwargs may not set {', '.join(map(str, taken))}: prompts are rendered "
+            f"with {', '.join(CHAT_TEMPLATE_OWN_ARGS)} chosen by verl; pass only what the template reads "
+            "(e.g. enable_thinking: false)"
+        )
+
+
 def _data_errors(errors: list[str], data: Any) -> None:
     _files(errors, "data.train_files", data.train_files)
     _files(errors, "data.val_files", data.val_files)
@@ -172,6 +195,7 @@ def _data_errors(errors: list[str], data: Any) -> None:
     _off_or_at_least(errors, "data.train_max_samples", data.train_max_samples, -1, "all rows")
     _off_or_at_least(errors, "data.val_max_samples", data.val_max_samples, -1, "all rows")
     _seed(errors, "data.seed", data.seed, null="trainer.seed")
+    _chat_template_kwargs_errors(errors, data)
 
 
 def _sampling_errors(errors: list[str], prefix: str, section: Any, *, scored: bool) -> None:
@@ -259,12 +283,13 @@ def _rollout_ref_errors(errors: list[str], arr: Any) -> None:
         _at_least(errors, f"{name}.log_prob_max_token_len_per_gpu", section.log_prob_max_token_len_per_gpu, 1)
 
 
-def _lora_errors(errors: list[str], cfg: DictConfig) -> None:
-    """The actor's LoRA keys: rank and alpha in range, module names of the forms peft takes, and peft
-    installed when LoRA is on (it is an optional dependency: the message says what to install)."""
+def _lora_errors(errors: list[str], cfg: DictConfig, prefix: str = f"{ARR}.model") -> None:
+    """The LoRA keys of the model section ``prefix`` (the actor's, or ``model`` of verl sft): rank and
+    alpha in range, module names of the forms peft takes, and peft installed when LoRA is on (it is an
+    optional dependency: the message says what to install)."""
     import importlib.util
 
-    model, prefix = cfg.actor_rollout_ref.model, f"{ARR}.model"
+    model = OmegaConf.select(cfg, prefix)
     _at_least(errors, f"{prefix}.lora_rank", model.lora_rank, 0)
     _in_range(errors, f"{prefix}.lora_alpha", model.lora_alpha, 0, low_open=True)
     for key, nullable in (("target_modules", False), ("exclude_modules", True)):
@@ -422,13 +447,19 @@ def _sft_config_errors(cfg: DictConfig) -> list[str]:
     _at_least(errors, "data.max_length", data.max_length, 1)
     _at_least(errors, "data.train_batch_size", data.train_batch_size, 1)
     _off_or_at_least(errors, "data.train_max_samples", data.train_max_samples, -1, "all rows")
+    if data.messages_key is not None and not data.messages_key.strip():
+        errors.append(
+            "data.messages_key must name the column holding the chats, or be null (prompt/response rows); "
+            "got ''"
+        )
+    _chat_template_kwargs_errors(errors, data)
     if not str(cfg.model.path).strip():
         errors.append("model.path is required (a model directory or hub id); got ''")
+    _lora_errors(errors, cfg, "model")
     if data.train_files is None:
         errors.append("data.train_files is required (the parquet / jsonl file(s) to train on); got null")
     _optim_errors(errors, "optim", cfg.optim)
     _trainer_loop_errors(errors, cfg.trainer)
-    errors.extend(sft_backend_errors(cfg))
     return errors
 
 

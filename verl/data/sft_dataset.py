@@ -3,6 +3,10 @@
 Useful to warm-start a tiny model on a task before RL (from-scratch RL on random weights rarely
 finds any reward). The response defaults to the row's ground truth, so any RL dataset doubles as
 an SFT dataset.
+
+A row can instead hold a whole chat (``data.messages_key``, verl's multi-turn SFT): the conversation is
+rendered with the tokenizer's chat template and every assistant turn is a target
+(:func:`render_conversation`).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from verl.data.io import (
@@ -23,7 +28,13 @@ from verl.data.io import (
     get_dotted,
     read_files,
 )
-from verl.data.rl_dataset import log_decoded_json, render_prompt, require_chat_template, to_messages
+from verl.data.rl_dataset import (
+    Messages,
+    log_decoded_json,
+    render_prompt,
+    require_chat_template,
+    to_messages,
+)
 from verl.models.plumbing import position_ids
 
 logger = logging.getLogger(__name__)
@@ -31,13 +42,116 @@ logger = logging.getLogger(__name__)
 SFT_TRUNCATION_MODES = ("error", "left", "right")
 
 
+def _plain_value(value: Any) -> Any:
+    """``value`` with numpy arrays (what parquet read through pandas gives for lists) turned into lists, at
+    any depth: chat templates test for lists and mappings, not arrays."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, dict):
+        return {k: _plain_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain_value(v) for v in value]
+    return value
+
+
+def _special_ids(tokenizer: Any) -> set[int]:
+    """The ids of the tokenizer's special tokens (eos, chat-template markers such as ``<|im_end|>``)."""
+    ids = set(getattr(tokenizer, "all_special_ids", None) or ())
+    for token_id, token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items():
+        if getattr(token, "special", False):
+            ids.add(int(token_id))
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return ids
+
+
+def _turn_end(tokenizer: Any, ids: list[int], start: int, special: set[int]) -> int:
+    """Where an assistant turn's target ends in ``ids`` (the turn runs from ``start`` to the end): after its
+    last special token (the end-of-turn token, ``<|im_end|>``) when only whitespace follows it (the
+    template's separator between turns, which the model never has to produce), else at the end."""
+    for k in range(len(ids) - 1, start - 1, -1):
+        if ids[k] in special:
+            rest = ids[k + 1 :]
+            if not rest or not tokenizer.decode(rest).strip():
+                return k + 1
+            break
+    return len(ids)
+
+
+def render_conversation(
+    tokenizer: Any,
+    messages: Any,
+    where: str,
+    field: str = "messages",
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> tuple[list[int], list[int]]:
+    """Token ids of a whole chat rendered with the chat template, and its loss mask: 1 exactly on the
+    tokens of every assistant message (its content and the end-of-turn token after it), 0 on the other
+    turns and on the template's role headers.
+
+    An assistant message ``i`` is located by rendering prefixes: ``messages[:i]`` with the generation
+    prompt must be a token prefix of ``messages[:i+1]``, which must be a prefix of the whole chat; the
+    tokens between the first two are the target. ``messages`` is validated as a prompt is
+    (:func:`~verl.data.rl_dataset.normalize_messages`: a list, a numpy array or JSON text of
+    ``{role, content}`` dicts). A chat without an assistant message, a template error, or a template that
+    does not render incrementally is a DatasetError naming ``where`` and ``field``.
+    """
+    require_chat_template(tokenizer)
+    chat, _ = to_messages(_plain_value(messages), where, field)
+    targets = [i for i, m in enumerate(chat) if m["role"] == "assistant"]
+    if not targets:
+        roles = ", ".join(dict.fromkeys(m["role"] for m in chat))
+        raise DatasetError(
+            f"{where}: field {field!r} (data.messages_key) has no assistant message (roles: {roles}); every "
+            "assistant turn is a training target, so this chat has nothing to train on"
+        )
+    kwargs = dict(chat_template_kwargs or {})
+
+    def encode(part: Messages, generation_prompt: bool) -> list[int]:
+        try:
+            text = tokenizer.apply_chat_template(
+                part, add_generation_prompt=generation_prompt, tokenize=False, **kwargs
+            )
+        except Exception as exc:  # jinja errors from odd messages or roles the template refuses
+            raise DatasetError(f"{where}: chat template failed on field {field!r}: {exc}") from exc
+        # The template holds every special token; the tokenizer must not add its own (see render_prompt).
+        return list(tokenizer.encode(text, add_special_tokens=False))
+
+    ids = encode(chat, False)
+    mask = [0] * len(ids)
+    special = _special_ids(tokenizer)
+    for i in targets:
+        before = encode(chat[:i], True)
+        through = encode(chat[: i + 1], False)
+        if through[: len(before)] != before or ids[: len(through)] != through:
+            what = (
+                f"messages[:{i}] with the generation prompt is not a token prefix of messages[:{i + 1}]"
+                if through[: len(before)] != before
+                else f"messages[:{i + 1}] is not a token prefix of the whole chat"
+            )
+            raise DatasetError(
+                f"{where}: the chat template does not render field {field!r} incrementally ({what}), so the "
+                f"tokens of assistant message {i} cannot be told apart from the rest; templates that rewrite "
+                "earlier turns (e.g. drop the reasoning of past assistant turns) cannot be trained on whole "
+                "chats: split the chat into one row per assistant turn, or use a template that renders "
+                "turns one after another"
+            )
+        end = _turn_end(tokenizer, through, len(before), special)
+        mask[len(before) : end] = [1] * (end - len(before))
+    return ids, mask
+
+
 class SFTDataset(torch.utils.data.Dataset):
     """Items: ``input_ids`` = prompt + response + eos, ``loss_mask`` 1 exactly on response tokens and eos.
 
     ``loss_mask[t] == 1`` means token ``t`` is a training target (predicted from the logits at
-    ``t - 1``); the trainer does the shift. ``bad_rows`` works as in :class:`RLDataset` (``fail`` or
-    ``skip``, with the count in :attr:`num_skipped_rows`); ``files_key`` is the config key the files came
-    from, named in file-level errors.
+    ``t - 1``); the trainer does the shift. ``prompt_key`` and ``response_key`` may be dotted
+    (``extra_info.question``) to index nested row fields. With ``messages_key`` set, each row is instead
+    a whole chat in that column and every assistant turn is a target (:func:`render_conversation`);
+    ``prompt_key`` / ``response_key`` are not read. ``chat_template_kwargs`` go to
+    ``tokenizer.apply_chat_template`` (e.g. ``enable_thinking=False``). ``bad_rows`` works as in
+    :class:`RLDataset` (``fail`` or ``skip``, with the count in :attr:`num_skipped_rows`); ``files_key``
+    is the config key the files came from, named in file-level errors.
     """
 
     def __init__(
@@ -52,13 +166,14 @@ class SFTDataset(torch.utils.data.Dataset):
         chat_template_kwargs: dict[str, Any] | None = None,
         bad_rows: str = "fail",
         files_key: str | None = None,
+        messages_key: str | None = None,
     ) -> None:
         if truncation not in SFT_TRUNCATION_MODES:
             raise ValueError(f"data.truncation={truncation!r} is not one of {SFT_TRUNCATION_MODES}")
         if max_length <= 0:
             raise ValueError(f"data.max_length must be positive, got {max_length}")
-        eos = tokenizer.eos_token_id
-        if eos is None:
+        if messages_key is None and tokenizer.eos_token_id is None:
+            # A chat's end-of-turn tokens come from its template; a bare response needs eos appended.
             raise DatasetError("the tokenizer has no eos token; SFT needs one to teach the model to stop")
         self._bad_rows = BadRows(bad_rows)
         require_chat_template(tokenizer)  # a tokenizer problem, not a bad row: never skipped
@@ -69,9 +184,14 @@ class SFTDataset(torch.utils.data.Dataset):
         self.truncation = truncation
         self.prompt_key = prompt_key
         self.response_key = response_key
-        self.chat_template_kwargs = chat_template_kwargs
+        self.messages_key = messages_key
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         records = read_files(self.files, key=files_key, bad_rows=self._bad_rows)
-        check_columns(records, {prompt_key: "data.prompt_key", response_key: "data.response_key"}, files_key)
+        if messages_key is not None:
+            columns = {messages_key: "data.messages_key"}
+        else:
+            columns = {prompt_key: "data.prompt_key", response_key: "data.response_key"}
+        check_columns(records, columns, files_key)
         if max_samples is not None and max_samples >= 0:
             records = records[:max_samples]
         self.input_ids: list[list[int]] = []
@@ -80,19 +200,27 @@ class SFTDataset(torch.utils.data.Dataset):
         for path, row_idx, row in records:
             where = f"{path} row {row_idx}"
             try:
-                prompt_ids, response_ids, decoded = self._parse_row(row, where)
+                if messages_key is not None:
+                    ids, mask = self._parse_chat(row, where)
+                else:
+                    prompt_ids, response_ids, decoded = self._parse_row(row, where)
+                    n_decoded += decoded
+                    ids = prompt_ids + response_ids
+                    mask = [0] * len(prompt_ids) + [1] * len(response_ids)
             except DatasetError as exc:
                 self._bad_rows.handle(exc)
                 continue
-            n_decoded += decoded
-            ids = prompt_ids + response_ids
-            mask = [0] * len(prompt_ids) + [1] * len(response_ids)
             if len(ids) > max_length:
                 if truncation == "error":
+                    what, start, end = (
+                        ("the chat", "the chat start", "the chat end")
+                        if messages_key is not None
+                        else ("prompt + response", "the prompt start", "the response end")
+                    )
                     raise DatasetError(
-                        f"{where}: prompt + response is {len(ids)} tokens, longer than "
+                        f"{where}: {what} is {len(ids)} tokens, longer than "
                         f"data.max_length={max_length}. Raise data.max_length or set data.truncation to "
-                        "'left' (drops the prompt start) or 'right' (drops the response end)."
+                        f"'left' (drops {start}) or 'right' (drops {end})."
                     )
                 n_truncated += 1
                 if truncation == "left":
@@ -124,11 +252,22 @@ class SFTDataset(torch.utils.data.Dataset):
         """Malformed rows dropped under ``bad_rows=skip``."""
         return self._bad_rows.count
 
+    def _parse_chat(self, row: dict[str, Any], where: str) -> tuple[list[int], list[int]]:
+        """Token ids and loss mask of one row's chat (``messages_key``); every problem is a DatasetError
+        naming ``where``."""
+        key = self.messages_key
+        assert key is not None
+        messages = row[key] if key in row else get_dotted(row, key)
+        if messages is MISSING or messages is None:
+            raise DatasetError(f"{where}: missing field {key!r} (data.messages_key); row has {sorted(row)}")
+        return render_conversation(self.tokenizer, messages, where, key, self.chat_template_kwargs)
+
     def _parse_row(self, row: dict[str, Any], where: str) -> tuple[list[int], list[int], bool]:
         """Prompt ids and response ids (+ eos) of one row, and whether its prompt was decoded from JSON text;
         every problem is a DatasetError naming ``where``."""
-        prompt = row.get(self.prompt_key)
-        if prompt is None:
+        key = self.prompt_key
+        prompt = row[key] if key in row else get_dotted(row, key)  # a dotted key indexes nested fields
+        if prompt is MISSING or prompt is None:
             raise DatasetError(
                 f"{where}: missing field {self.prompt_key!r} (data.prompt_key); row has {sorted(row)}"
             )

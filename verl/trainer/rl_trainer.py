@@ -99,6 +99,8 @@ class RLTrainer:
             truncation=data.truncation,
             filter_overlong_prompts=data.filter_overlong_prompts,
             bad_rows=data.bad_rows,
+            # extra chat-template arguments, e.g. enable_thinking=False (verl's data.apply_chat_template_kwargs)
+            chat_template_kwargs=dict(data.apply_chat_template_kwargs),
         )
         if builtin_reward:
             # The built-in reward managers read these; a missing one is a bad row, found at load time.

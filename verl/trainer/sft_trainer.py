@@ -9,10 +9,12 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from omegaconf import DictConfig, OmegaConf
 
 from verl.config import ConfigError, as_file_list
 from verl.data import EpochSampler, SFTDataset, collate_sft, iterate_batches
@@ -20,6 +22,7 @@ from verl.data.io import check_data_files
 from verl.errors import RunDirError
 from verl.models import load_hf_model, tokenizer_for
 from verl.models.loading import check_fits_model, check_model_dir, resolve_dtype
+from verl.models.lora import apply_lora, merged_copy
 from verl.trainer.run_dir import RunDirectory
 from verl.utils.seeding import configure_torch_threads, set_seed
 from verl.utils.tracking import Tracking
@@ -106,7 +109,9 @@ def _train(config: Any, out_dir: Path) -> None:
         max_length=config.data.max_length,
         truncation=config.data.truncation,
         max_samples=config.data.train_max_samples,
+        chat_template_kwargs=_plain_dict(config.data.apply_chat_template_kwargs),
         files_key="data.train_files",
+        messages_key=config.data.messages_key,
     )
     sampler = EpochSampler(len(dataset), config.data.train_batch_size, shuffle=True, seed=trainer_cfg.seed)
     # The model last: a bad row or a batch the data cannot fill fails before a large model is loaded.
@@ -117,6 +122,8 @@ def _train(config: Any, out_dir: Path) -> None:
         trust_remote_code=config.model.trust_remote_code,
         key="model.path",
     )
+    # LoRA (model.lora_rank > 0): adapters injected in place, only they train; the optimizer gets only them.
+    model = apply_lora(model, _lora_settings(config.model), section="model")
     total_steps = trainer_cfg.total_training_steps or len(sampler) * trainer_cfg.total_epochs
     optimizer = build_optimizer(model.parameters(), config.optim)
     scheduler = build_lr_scheduler(optimizer, config.optim, total_steps)
@@ -140,5 +147,33 @@ def _train(config: Any, out_dir: Path) -> None:
         f"SFT: {total_steps} steps in {time.perf_counter() - start:.0f}s, final loss {loss.item():.4f}"
     )
     tracking.close()
-    model.save_pretrained(out_dir)
+    # A plain transformers model (LoRA adapters merged into the weights): RL starts from it without peft.
+    merged_copy(model).save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
+
+
+def _plain_dict(value: Any) -> dict[str, Any]:
+    """A config mapping (``data.apply_chat_template_kwargs``) as a plain dict, for jinja."""
+    if isinstance(value, DictConfig):
+        return OmegaConf.to_container(value, resolve=True)  # type: ignore[return-value]
+    return dict(value or {})
+
+
+def _lora_settings(model_cfg: Any) -> SimpleNamespace:
+    """The LoRA keys of the SFT ``model`` section, in the form :func:`apply_lora` reads (verl sft has no
+    gradient checkpointing)."""
+    return SimpleNamespace(
+        lora_rank=model_cfg.lora_rank,
+        lora_alpha=model_cfg.lora_alpha,
+        target_modules=model_cfg.target_modules,
+        exclude_modules=model_cfg.exclude_modules,
+        enable_gradient_checkpointing=False,
+    )
+
+
+if __name__ == "__main__":  # verl's launch command since verl 0.7: `python -m verl.trainer.sft_trainer`
+    import sys
+
+    from verl.trainer.sft_entry import run_verl_sft
+
+    sys.exit(run_verl_sft(sys.argv[1:], "sft_trainer"))
