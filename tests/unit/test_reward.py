@@ -25,7 +25,9 @@ from verl.workers.reward import (
     load_reward_manager,
     register_scorer,
 )
+from verl.workers.reward.manager import RewardSample, score_samples
 from verl.workers.reward.scorers import arithmetic, gsm8k
+from verl.workers.reward.timeout import TimeLimit
 
 # ---------------------------------------------------------------------------------------------
 # arithmetic
@@ -372,6 +374,25 @@ def test_load_custom_reward_function(tmp_path) -> None:
     (tmp_path / "raises.py").write_text("x = 1\nraise RuntimeError('boom')\n")
     with pytest.raises(InputError, match="RuntimeError: boom \\(line 2\\)"):
         load_custom_reward_function(tmp_path / "raises.py", "x")
+
+
+def test_an_async_custom_reward_function_is_awaited(tmp_path) -> None:
+    """verl's signature, ``async def compute_score(data_source, solution_str, ground_truth, extra_info)``."""
+    path = tmp_path / "async_reward.py"
+    path.write_text(
+        "import asyncio\n"
+        "async def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    await asyncio.sleep(0)\n"
+        "    return {'score': float(solution_str == ground_truth), 'source': data_source}\n"
+    )
+    fn = load_custom_reward_function(path)
+    samples = [
+        RewardSample(index=0, data_source="d", response_str="7", ground_truth="7"),
+        RewardSample(index=1, data_source="d", response_str="8", ground_truth="7"),
+    ]
+    assert [r.score for r in score_samples(fn, samples)] == [1.0, 0.0]
+    # under reward_model.timeout_s the call runs on a helper thread, with an event loop of its own
+    assert [r.score for r in score_samples(fn, samples, time_limit=TimeLimit(5.0))] == [1.0, 0.0]
 
 
 def trainer_config(**sections) -> Any:

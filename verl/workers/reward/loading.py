@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
 from difflib import get_close_matches
-from functools import partial
+from functools import partial, wraps
 from typing import Any
 
 from verl.config.errors import ConfigError
@@ -38,7 +40,18 @@ def load_custom_reward_function(path: str | os.PathLike[str], name: str = "compu
         raise ConfigError(
             f"custom_reward_function.name={name!r}: in {path} it is a {type(fn).__name__}, not a function"
         )
-    return fn
+    return run_to_completion(fn) if inspect.iscoroutinefunction(fn) else fn
+
+
+def run_to_completion(fn: Any) -> ComputeScoreFn:
+    """An ``async def`` scoring function (verl accepts those too) as a plain one: each call runs the coroutine
+    to its end on an event loop of its own, on whichever thread scores the sample."""
+
+    @wraps(fn)
+    def scored(*args: Any, **kwargs: Any) -> Any:
+        return asyncio.run(fn(*args, **kwargs))
+
+    return scored
 
 
 def get_custom_reward_fn(config: Any) -> ComputeScoreFn | None:
