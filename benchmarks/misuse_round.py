@@ -256,6 +256,9 @@ class Fixtures:
         return dest
 
     def copy_model(self, dest: Path, drop: Sequence[str] = ()) -> Path:
+        # The cached model is built by the default recipe's first run: the checkpoint fixture's run builds it
+        # (a case copying it may start before any run has, e.g. on a fresh machine).
+        self.checkpoint_run()
         shutil.copytree(self.model, dest)
         for name in drop:
             (dest / name).unlink()

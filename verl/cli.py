@@ -40,8 +40,54 @@ def _headline_line(key: str, before: float | None, after: float | None) -> str:
     return line
 
 
+def _config_source(args: argparse.Namespace) -> str | None:
+    """``--config`` or verl's Hydra pair ``--config-path DIR --config-name NAME`` (a file ``DIR/NAME.yaml``;
+    a name alone is one of our recipes: ``ppo_trainer`` holds verl's defaults)."""
+    from verl.config import ConfigError
+
+    path, name = getattr(args, "config_path", None), getattr(args, "config_name", None)
+    if path is None and name is None:
+        return args.config
+    if args.config is not None:
+        raise ConfigError("give either --config or verl's --config-path / --config-name, not both")
+    if name is None:
+        raise ConfigError(f"--config-path {path} needs --config-name (the YAML file in it, e.g. ppo_trainer)")
+    stem = name[: -len(".yaml")] if name.endswith(".yaml") else name
+    if path is None:
+        if "megatron" in stem:
+            raise ConfigError(f"--config-name {name}: Megatron training is not built here; use ppo_trainer")
+        return stem
+    file = os.path.join(os.path.expanduser(path), f"{stem}.yaml")
+    if not os.path.isfile(file):
+        raise ConfigError(f"--config-path {path} --config-name {name}: no file {file}")
+    return file
+
+
+def _print_config(config, plan_lines: list[str]) -> None:
+    """The resolved config as YAML, then as YAML comments: what is built for it and how verl's keys were read."""
+    from verl.config import to_yaml
+    from verl.config.verl_compat import notices
+
+    print(to_yaml(config))
+    for line in plan_lines:
+        print(f"# prepare: {line}")
+    for line in notices(config):
+        print(f"# verl: {line}")
+
+
+def report_notices(config) -> None:
+    """Once at start-up: how verl's settings were read here (mapped, deprecated, no effect)."""
+    from verl.config.verl_compat import notices
+
+    lines = notices(config)
+    if lines:
+        print("verl settings read with a difference here:", file=sys.stderr)
+        for line in lines:
+            print(f"  - {line}", file=sys.stderr)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from verl.config import load_config, to_yaml
+    from verl.config import load_config
     from verl.errors import InputError
     from verl.trainer.prepare import check_inputs, plan_inputs, prepare_inputs, resolve_inputs
     from verl.trainer.rl_trainer import RLTrainer
@@ -54,12 +100,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides.append(f"trainer.step={args.step}")
     if args.trace:
         overrides.append("trainer.trace=true")
-    config = load_config(args.config, overrides)
+    config = load_config(_config_source(args), overrides)
     if args.print_config:
-        print(to_yaml(resolve_inputs(config)))
-        for artifact in plan_inputs(config).artifacts():
-            print(f"# prepare: {artifact.describe()}")
+        _print_config(resolve_inputs(config), [a.describe() for a in plan_inputs(config).artifacts()])
         return 0
+    report_notices(config)
     # Refuse missing inputs and a locked or occupied run directory before minutes of building data and models.
     if args.summary_json and not os.path.isdir(os.path.dirname(os.path.abspath(args.summary_json))):
         raise InputError(f"--summary-json {args.summary_json}: its directory does not exist")
@@ -72,7 +117,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         trainer.shutdown()
     before, after = _headline(summary["val_before"]), _headline(summary["val_after"])
-    print(f"\nmetrics: {summary['metrics_path']}")
+    if os.path.isfile(summary["metrics_path"]):  # only with trainer.logger jsonl
+        print(f"\nmetrics: {summary['metrics_path']}")
     for key in sorted(set(before) | set(after)):
         print(_headline_line(key, before.get(key), after.get(key)))
     if summary.get("trace_path"):
@@ -88,7 +134,11 @@ def cmd_sft(args: argparse.Namespace) -> int:
     from verl.config import SFTConfig, load_config
     from verl.trainer.sft_trainer import run_sft
 
-    config = load_config(args.config, args.overrides, schema=SFTConfig)
+    config = load_config(_config_source(args), args.overrides, schema=SFTConfig)
+    if args.print_config:
+        _print_config(config, [])
+        return 0
+    report_notices(config)
     out = run_sft(config)
     print(f"SFT model saved to {out}")
     return 0
@@ -143,6 +193,26 @@ def _add_debug(parser: argparse.ArgumentParser, default: object = argparse.SUPPR
     )
 
 
+def _add_verl_flags(parser: argparse.ArgumentParser) -> None:
+    """--print-config, and the flags of verl's Hydra command line (``python -m verl.trainer.main_ppo``)."""
+    parser.add_argument(
+        "--print-config",
+        action="store_const",
+        const="job",
+        help="print the resolved config (with the artifacts built for it, and how verl's keys were read) and exit",
+    )
+    parser.add_argument(
+        "--cfg", dest="print_config", choices=["job", "all"], help="Hydra's form of --print-config"
+    )
+    parser.add_argument("--config-path", "-cp", default=None, help="verl/Hydra: directory of the config file")
+    parser.add_argument(
+        "--config-name",
+        "-cn",
+        default=None,
+        help="verl/Hydra: config file name in --config-path, or a recipe",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="verl", description=__doc__)
     parser.add_argument("--version", action="version", version=f"verl {verl.__version__}")
@@ -151,11 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="RL training (default: GRPO on the arithmetic task with a tiny model)")
     run.add_argument("--config", default=None, help="recipe name (grpo, ...) or path to a YAML file")
-    run.add_argument(
-        "--print-config",
-        action="store_true",
-        help="print the resolved config (with the paths of the cached artifacts it uses) and exit",
-    )
+    _add_verl_flags(run)
     run.add_argument(
         "--controller",
         default=None,
@@ -183,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sft = sub.add_parser("sft", help="supervised fine-tuning on prompt/answer pairs")
     sft.add_argument("--config", default=None, help="recipe name (sft) or path to a YAML file")
+    _add_verl_flags(sft)
     sft.add_argument("overrides", nargs="*", help="key=value config overrides")
     _add_debug(sft)
     sft.set_defaults(func=cmd_sft)
@@ -260,6 +327,15 @@ def _on_sigint(signum: int, frame: object) -> None:
         os._exit(130)
     _on_sigint.pressed = True  # type: ignore[attr-defined]
     raise KeyboardInterrupt
+
+
+def run_verl_command(command: str, verl_config: str, argv: list[str]) -> int:
+    """verl's ``python -m verl.trainer.<entry>`` command line as ``verl <command>``: Hydra's flags and overrides
+    as they are, with the recipe of verl's defaults (``verl_config``) unless the command line names a config."""
+    if argv and argv[0] in ("-h", "--help"):
+        return main([command, "--help"])
+    has_config = any(arg.split("=")[0] in ("--config-name", "-cn", "--config") for arg in argv)
+    return main([command, *([] if has_config else ["--config-name", verl_config]), *argv])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,9 +1,11 @@
-"""Keys that only some backends read: a value the selected backend would ignore is refused at load time.
+"""Keys that only some backends read.
 
-Every key of the schema either changes what the selected backend does or, set to anything but its
-default (or a value verl's own configs use that means the same thing here), is a ConfigError naming the
-key, the backend selected and the backend / setting that would read it. Backends that verl has and this
-repository does not build yet (vLLM / SGLang rollout, FSDP / Megatron training) are named as such.
+Every key of the schema either changes what the selected backend does or, set to anything but its default
+(or a value verl's own configs use that means the same thing here), is reported: a key that only tunes
+speed or memory of another backend (an inference server's KV-cache share) is accepted with a notice naming
+the backend that reads it (:func:`backend_notices`); one whose value would change what is learned if
+ignored is a ConfigError (:func:`backend_errors`). Backends that verl has and this repository does not build
+yet (vLLM / SGLang rollout, FSDP / Megatron training) are named as such.
 
 Kept free of torch and of the worker packages: the engines that exist are listed here, and
 ``tests/unit/test_config.py`` checks the list against the rollout registry.
@@ -14,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from verl.config.errors import short_repr
 
@@ -67,13 +69,16 @@ ROLLOUT_KEYS = (
         "caps the sequences an inference server batches at once (the engines built here take the whole batch, "
         "or rollout.micro_batch_size prompts at a time)",
     ),
-    RolloutKey(
-        "calculate_log_probs",
-        (False,),
-        ("fast",),
-        "returns the engine's log-probs with each response (rollout_log_probs), which the fast engine always does",
-    ),
 )
+"""inference-server tuning: with another engine these change nothing, and are reported"""
+
+CALCULATE_LOG_PROBS = RolloutKey(
+    "calculate_log_probs",
+    (False,),
+    ("fast",),
+    "returns the engine's log-probs with each response (rollout_log_probs), which the fast engine always does",
+)
+"""refused with an engine that cannot return log-probs: a step that reads them would find none"""
 
 
 def _yaml(value: Any) -> str:
@@ -97,15 +102,23 @@ def _rollout_errors(cfg: DictConfig) -> list[str]:
     if engine in NOT_BUILT_ROLLOUTS:
         errors.append(f"{ROLLOUT}.name={engine}: not built yet; available: {', '.join(BUILT_ROLLOUTS)}")
         return errors
-    for key in ROLLOUT_KEYS:
-        value = rollout[key.name]
-        if engine in key.read_by or value in key.accepted:
-            continue
-        errors.append(
-            f"{ROLLOUT}.{key.name}={_yaml(value)} has no effect with rollout.name={engine} "
-            f"(it {key.what}; read by {_engines(key.read_by)}); leave it at {_yaml(key.accepted[0])}"
-        )
+    errors.extend(f"{line}; leave it at false" for line in _unread([CALCULATE_LOG_PROBS], rollout))
     return errors
+
+
+def _unread(keys: list[RolloutKey], rollout: DictConfig) -> list[str]:
+    engine = rollout.name
+    return [
+        f"{ROLLOUT}.{key.name}={_yaml(rollout[key.name])} has no effect with rollout.name={engine} "
+        f"(it {key.what}; read by {_engines(key.read_by)})"
+        for key in keys
+        if engine not in key.read_by and rollout[key.name] not in key.accepted
+    ]
+
+
+def backend_notices(cfg: DictConfig) -> list[str]:
+    """Keys of a TrainerConfig set to a value that only another backend reads: accepted, and reported."""
+    return _unread(list(ROLLOUT_KEYS), cfg.actor_rollout_ref.rollout)
 
 
 def _tokenizer_errors(cfg: DictConfig) -> list[str]:
@@ -138,12 +151,6 @@ def backend_errors(cfg: DictConfig) -> list[str]:
             f"actor_rollout_ref.actor.strategy={strategy}: {status}; available: {', '.join(BUILT_STRATEGIES)} "
             "(data parallel: trainer.backend=ray and trainer.n_gpus_per_node=N train N DDP workers)"
         )
-    if len(arr.model.override_config):
-        overrides = short_repr(OmegaConf.to_container(arr.model.override_config))
-        errors.append(
-            f"actor_rollout_ref.model.override_config={overrides}: not built yet (the model loader applies no "
-            "overrides to the HuggingFace config); leave it empty, or edit config.json in the model directory"
-        )
     errors.extend(_tokenizer_errors(cfg))
     reward = cfg.reward_model
     if reward.overlong_buffer.enable and reward.reward_manager in REWARD_MANAGERS_WITHOUT_OVERLONG:
@@ -154,17 +161,15 @@ def backend_errors(cfg: DictConfig) -> list[str]:
     return errors
 
 
-def sft_backend_errors(cfg: DictConfig) -> list[str]:
-    """Keys of an SFTConfig that ``verl sft`` does not read yet."""
-    errors = []
+def sft_backend_notices(cfg: DictConfig) -> list[str]:
+    """Keys of an SFTConfig that ``verl sft`` accepts without reading them yet: there is no validation pass."""
+    lines = []
     if cfg.data.val_files is not None:
-        errors.append(
-            f"data.val_files={short_repr(cfg.data.val_files)}: not built yet (verl sft has no validation pass); "
-            "leave it unset"
+        lines.append(
+            f"data.val_files={short_repr(cfg.data.val_files)} has no effect: verl sft has no validation pass"
         )
     if cfg.trainer.test_freq != -1:
-        errors.append(
-            f"trainer.test_freq={cfg.trainer.test_freq}: not built yet (verl sft has no validation pass); "
-            "leave it at -1"
+        lines.append(
+            f"trainer.test_freq={cfg.trainer.test_freq} has no effect: verl sft has no validation pass"
         )
-    return errors
+    return lines

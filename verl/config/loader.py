@@ -21,14 +21,25 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from verl.config.errors import ConfigError, short_repr
+from verl.config.overrides import Override, nest, parse_override
 from verl.config.schema import TrainerConfig
 from verl.config.sft_schema import SFTConfig
 from verl.config.validation import validate
+from verl.config.verl_compat import (
+    Translation,
+    is_verl_key,
+    record_compat,
+    renamed,
+    rule_for,
+    suggest_verl_key,
+    translate_leaf,
+    walk_leaves,
+)
+from verl.config.verl_rules import PPO_RULES, SFT_RULES, Rule
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 """directory holding the built-in recipes (``<name>.yaml``)"""
@@ -206,6 +217,9 @@ def suggest_key(key: str, schema: type = TrainerConfig) -> str | None:
 def _unknown_key_error(path: str, schema: type, where: str) -> ConfigError:
     fields = schema_fields(schema)
     suggestion = suggest_key(path, schema)
+    which = _compat_of(schema)
+    if suggestion is None and which is not None:
+        suggestion = suggest_verl_key(path, which[0])
     if suggestion is not None:
         hint = f"did you mean '{suggestion}'?"
     else:
@@ -240,6 +254,10 @@ def _check_keys(node: Any, schema: type, where: str, prefix: str = "") -> None:
                 raise ConfigError(
                     f"{where}'{path}' is a section and expects a mapping of its keys, got {value!r}"
                 )
+        elif info.freeform and value is not None and not isinstance(value, Mapping):
+            raise ConfigError(
+                f"{where}'{path}' expects a mapping of names to values, got {short_repr(value)}"
+            )
         elif isinstance(value, Mapping) and not info.freeform and info.type_ is not Any:
             raise ConfigError(
                 f"{where}'{path}' expects {_type_name(info.type_)}, not a mapping (got {short_repr(value)}); "
@@ -265,6 +283,8 @@ def _merge(
         return typing.cast(DictConfig, OmegaConf.merge(base, src))
     except OmegaConfBaseException as e:
         raise _type_error(e, plain, schema, where) from None
+    except (TypeError, ValueError) as e:  # OmegaConf's own type clashes that carry no key
+        raise ConfigError(f"{where}{e}") from None
 
 
 def _type_error(e: OmegaConfBaseException, plain: Mapping[str, Any], schema: type, where: str) -> ConfigError:
@@ -283,42 +303,17 @@ def _type_error(e: OmegaConfBaseException, plain: Mapping[str, Any], schema: typ
 # --------------------------------------------------------------------------------------------------------------
 # loading
 # --------------------------------------------------------------------------------------------------------------
-def _listed_scalar(override: str, schema: type) -> str:
-    """``trainer.logger=console`` -> ``trainer.logger=[console]``: verl's scripts give a one-item list key
-    its item alone (verl wraps a string itself), so a bare word for a list-of-strings key is that list."""
-    key, sep, value = override.partition("=") if isinstance(override, str) else ("", "", "")
-    field = schema_fields(schema).get(key.strip().lstrip("+"))
-    words = value.strip()
+def _listed_scalar(value: Any, field: _Field | None) -> Any:
+    """``trainer.logger=console`` -> ``[console]``: verl's scripts give a one-item list key its item alone
+    (verl wraps a string itself), so a bare word for a list-of-strings key is that list."""
     is_str_list = (
         field is not None
         and typing.get_origin(field.type_) is list
         and typing.get_args(field.type_) == (str,)
     )
-    if sep and is_str_list and words and not words.startswith(("[", "{", "$", "'", '"')) and "," not in words:
-        return f"{key}=[{words}]"
-    return override
-
-
-def _parse_override(override: str) -> tuple[DictConfig, dict[str, Any]]:
-    if not isinstance(override, str) or "=" not in override:
-        raise ConfigError(
-            f"malformed override {override!r}: expected key=value (e.g. data.train_batch_size=16)"
-        )
-    key, _, _value = override.partition("=")
-    key = key.strip().lstrip("+")
-    if not key or not re.fullmatch(r"[A-Za-z_][\w\-]*(\.[A-Za-z_0-9][\w\-]*)*", key):
-        raise ConfigError(f"malformed override {override!r}: expected key=value with a dotted key before '='")
-    try:
-        dot = OmegaConf.from_dotlist([f"{key}={_value}"])
-        plain = typing.cast(dict, OmegaConf.to_container(dot, resolve=False))
-    except (OmegaConfBaseException, yaml.YAMLError) as e:
-        # An unbalanced [ or { reaches the YAML parser: say what is wrong with the value, in one line.
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ConfigError(
-            f"malformed override {override!r} for {key}: {first}; a list is written [a,b] (quote the whole "
-            "override for the shell)"
-        ) from None
-    return dot, plain
+    if is_str_list and isinstance(value, str) and value and "," not in value and not value.startswith("$"):
+        return [value]
+    return value
 
 
 def _load_yaml(path: Path) -> tuple[DictConfig, dict[str, Any]]:
@@ -337,24 +332,115 @@ def _load_yaml(path: Path) -> tuple[DictConfig, dict[str, Any]]:
 BASE_KEY = "base"
 
 
-def _recipe_chain(path: Path) -> list[Path]:
+def _recipe_chain(path: Path, compat: dict[str, dict[str, Any]]) -> list[Path]:
     """The recipe and the recipes it builds on, base first.
 
-    A recipe builds on another with a top-level ``base: <recipe name or path>``: it then only lists
-    what it changes, and the chain is merged base first.
+    A recipe builds on another with a top-level ``base: <recipe name or path>`` (or verl's Hydra form,
+    ``defaults: [<config>, _self_]``): it then only lists what it changes, and the chain is merged base first.
     """
     chain = [path]
     while True:
-        src, _ = _load_yaml(chain[0])
-        base = src.get(BASE_KEY)
-        if base is None:
+        _, plain = _load_yaml(chain[0])
+        base = plain.get(BASE_KEY)
+        hydra_base = _hydra_base(chain[0], plain, compat)
+        if base is None and hydra_base is None:
             return chain
-        # A path relative to the recipe that names it, else a recipe name or path as on the command line.
-        relative = chain[0].parent / str(base)
-        base_path = relative.resolve() if relative.is_file() else resolve_recipe(str(base))
+        if base is None:
+            base_path = hydra_base.resolve()
+        else:
+            # A path relative to the recipe that names it, else a recipe name or path as on the command line.
+            relative = chain[0].parent / str(base)
+            base_path = relative.resolve() if relative.is_file() else resolve_recipe(str(base))
         if base_path in chain:
             raise ConfigError(f"{chain[0]}: recipe base chain loops back to {base_path}")
         chain.insert(0, base_path)
+
+
+def _compat_of(schema: type) -> tuple[str, tuple[Rule, ...]] | None:
+    """verl's config this schema reads (its key list and rules), or None."""
+    if issubclass(schema, SFTConfig):
+        return "sft_trainer", SFT_RULES
+    if issubclass(schema, TrainerConfig):
+        return "ppo_trainer", PPO_RULES
+    return None
+
+
+def _nest_all(flat: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = out
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+def _translate(plain: Mapping[str, Any], schema: type, where: str, compat: dict[str, dict[str, Any]]) -> dict:
+    """Our part of a source (nested, for ``_check_keys``); verl's keys that are not ours go to ``compat``."""
+    which = _compat_of(schema)
+    if which is None:
+        return dict(plain)
+    config, rules = which
+    fields = schema_fields(schema)
+    found = Translation(ours={}, compat={})
+    for key, value in walk_leaves(plain, lambda k: k in fields and not fields[k].section):
+        if key in fields:
+            found.ours[key] = _listed_scalar(value, fields[key])
+        elif not translate_leaf(key, value, rules, config, found):
+            raise _unknown_key_error(key, schema, where)
+    for section, entries in found.compat.items():
+        for key in entries:  # the latest source decides a key, whichever section it was in before
+            for other in compat.values():
+                other.pop(key, None)
+        compat.setdefault(section, {}).update(entries)
+    for key in list(found.ours):
+        found.ours[key] = _listed_scalar(found.ours[key], fields.get(key))
+    return _nest_all(found.ours)
+
+
+def _delete(cfg: DictConfig, ov: Override, schema: type, compat: dict[str, dict[str, Any]]) -> None:
+    """``~key``: a key of ours goes back to its schema default, a verl key is forgotten."""
+    fields = schema_fields(schema)
+    which = _compat_of(schema)
+    rule = rule_for(ov.key, which[1]) if which else None
+    key = renamed(ov.key, rule) if rule is not None and rule.kind == "rename" else ov.key
+    if key in fields:
+        current = OmegaConf.select(cfg, key)
+        if ov.has_value and OmegaConf.to_container(OmegaConf.create({"v": current}))["v"] != ov.value:
+            raise ConfigError(
+                f"override {ov.text!r}: {key} is {short_repr(current)}, not {short_repr(ov.value)}"
+            )
+        default = OmegaConf.select(OmegaConf.structured(schema), key)
+        OmegaConf.update(cfg, key, default, merge=False)
+        return
+    if which is not None and is_verl_key(ov.key, which[0]):
+        for entries in compat.values():
+            entries.pop(ov.key, None)
+        return
+    raise _unknown_key_error(ov.key, schema, f"override {ov.text!r}: ")
+
+
+HYDRA_KEYS = ("defaults", "hydra")
+
+
+def _hydra_base(path: Path, plain: dict[str, Any], compat: dict[str, dict[str, Any]]) -> Path | None:
+    """A verl-style config file (``--config-name``): its Hydra ``defaults`` list names the config it extends
+    (``- ppo_trainer`` and ``- _self_``); its ``hydra:`` section configures Hydra itself (no effect here)."""
+    hydra = plain.pop("hydra", None)
+    if hydra is not None:
+        compat.setdefault("no_effect", {})["hydra"] = hydra
+    defaults = plain.pop("defaults", None)
+    if defaults is None:
+        return None
+    bases = [d for d in defaults if d != "_self_"] if isinstance(defaults, list) else [defaults]
+    if len(bases) != 1 or not isinstance(bases[0], str):
+        raise ConfigError(
+            f"{path}: its Hydra defaults list {short_repr(defaults)} is not supported here: name one config to "
+            "extend (e.g. [ppo_trainer, _self_]) and set everything else as keys"
+        )
+    relative = path.parent / f"{bases[0]}.yaml"
+    return relative if relative.is_file() else resolve_recipe(bases[0])
 
 
 def load_config(
@@ -364,36 +450,50 @@ def load_config(
     *,
     check: bool = True,
 ) -> DictConfig:
-    """Build a read-only config: schema defaults <- recipe YAML <- ``key=value`` overrides.
+    """Build a read-only config: schema defaults <- recipe YAML <- command-line overrides.
 
-    ``config`` is a recipe name (``grpo``, see :func:`list_recipes`), a path to a YAML file, or None for the
-    schema's default recipe (``grpo`` for TrainerConfig, ``sft`` for SFTConfig). Overrides use
-    ``OmegaConf.from_dotlist`` semantics (values parsed as YAML: ``trainer.logger=[console]``); a leading ``+``
-    is accepted and ignored. Interpolations are resolved. With ``check`` (the default) values are validated
-    (:func:`validate`). Raises :class:`ConfigError` on any problem.
+    ``config`` is a recipe name (``grpo``, see :func:`list_recipes`), a path to a YAML file (ours, or verl's
+    style: a Hydra ``defaults: [ppo_trainer, _self_]`` list), or None for the schema's default recipe (``grpo``
+    for TrainerConfig, ``sft`` for SFTConfig). Overrides use verl's Hydra forms (``key=value``, ``+key=value``,
+    ``~key``; see :mod:`verl.config.overrides`); values are YAML (``trainer.logger=[console]``).
+
+    verl's keys that are not ours are read through :mod:`verl.config.verl_compat`: renamed onto ours, recorded
+    in the ``compat`` section as having no effect here (reported at start-up), or refused when ignoring them
+    would change what is learned. Settings this machine cannot run as asked (8 GPUs, vLLM) are mapped onto
+    what it can and recorded in ``compat.mapped``. Interpolations are resolved. With ``check`` (the default)
+    values are validated (:func:`validate`). Raises :class:`ConfigError` on any problem.
     """
     if isinstance(overrides, str):
         overrides = [overrides]
     cfg = OmegaConf.structured(schema)
+    compat: dict[str, dict[str, Any]] = {}
 
     if config is None:
         config = _default_recipe(schema)
     if config is not None:
-        for path in _recipe_chain(resolve_recipe(config)):
+        for path in _recipe_chain(resolve_recipe(config), compat):
             where = f"{path}: "
-            src, plain = _load_yaml(path)
-            src.pop(BASE_KEY, None)
-            plain.pop(BASE_KEY, None)
-            _check_keys(plain, schema, where)
-            cfg = _merge(cfg, src, plain, schema, where)
+            _, plain = _load_yaml(path)
+            for key in (BASE_KEY, *HYDRA_KEYS):
+                plain.pop(key, None)
+            ours = _translate(plain, schema, where, compat)
+            _check_keys(ours, schema, where)
+            cfg = _merge(cfg, OmegaConf.create(ours), ours, schema, where)
 
-    for override in overrides:
-        dot, plain = _parse_override(_listed_scalar(override, schema))
-        where = f"override {override!r}: "
-        _check_keys(plain, schema, where)
-        cfg = _merge(cfg, dot, plain, schema, where)
+    for text in overrides:
+        ov = parse_override(text)
+        where = f"override {text!r}: "
+        if ov.op == "delete":
+            _delete(cfg, ov, schema, compat)
+            continue
+        ours = _translate(nest(ov.key, ov.value), schema, where, compat)
+        _check_keys(ours, schema, where)
+        cfg = _merge(cfg, OmegaConf.create(ours), ours, schema, where)
 
     try:
+        which = _compat_of(schema)
+        if which is not None:
+            record_compat(cfg, compat, which[0])
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None)

@@ -63,6 +63,9 @@ MAY_CHANGE = (
     "reward_model.num_workers",
     "reward_model.timeout_s",
     "reward_model.num_examine",
+    # how verl's settings were read: keys with no effect, and what was mapped to this machine (the values
+    # used are the keys above and the rest of the config, compared as usual)
+    "compat.*",
 )
 
 

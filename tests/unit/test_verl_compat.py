@@ -1,0 +1,281 @@
+"""verl's command line and keys: Hydra override forms, renames, keys with no effect, refusals, machine mapping."""
+
+from __future__ import annotations
+
+import pytest
+
+from verl.config import ConfigError, TrainerConfig, load_config
+from verl.config.loader import schema_fields
+from verl.config.overrides import parse_override, split_command_line
+from verl.config.verl_compat import notices, rule_for, verl_keys
+from verl.config.verl_rules import PPO_RULES
+
+ARR = "actor_rollout_ref"
+
+
+def ppo(*overrides: str):
+    """verl's defaults (the ppo_trainer recipe) with overrides, as `python -m verl.trainer.main_ppo` loads them."""
+    return load_config("ppo_trainer", list(overrides))
+
+
+# ------------------------------------------------------------------------------------------------ the key table
+def test_every_verl_key_is_ours_or_has_a_rule() -> None:
+    ours = schema_fields(TrainerConfig)
+    missing = [k for k in verl_keys("ppo_trainer") if k not in ours and rule_for(k) is None]
+    assert missing == []
+
+
+def test_every_rule_is_used_by_a_verl_key_or_a_plus_key() -> None:
+    """A rule no verl key reaches is dead text (the ``+`` keys verl's scripts add are listed here)."""
+    plus_keys = [
+        "reward_model.reward_kwargs.overlong_buffer_cfg.log",
+        "reward.reward_kwargs.overlong_buffer_cfg.log",
+        "reward_model.reward_kwargs.overlong_buffer_cfg.len",
+        "reward.reward_kwargs.overlong_buffer_cfg.len",
+        "reward_model.reward_kwargs.max_resp_len",
+        "reward.reward_kwargs.max_resp_len",
+        "reward_model.reward_kwargs.other",
+        "reward.reward_kwargs.other",
+    ]
+    ours = schema_fields(TrainerConfig)
+    used = {rule_for(k).pattern for k in [*verl_keys("ppo_trainer"), *plus_keys] if k not in ours}
+    assert [r.pattern for r in PPO_RULES if r.pattern not in used] == []
+
+
+def test_rename_targets_are_our_keys() -> None:
+    ours = schema_fields(TrainerConfig)
+    for rule in PPO_RULES:
+        if rule.kind == "rename":
+            target = rule.target.rstrip("*").rstrip(".")
+            assert target in ours, rule
+
+
+# ------------------------------------------------------------------------------------------------ override grammar
+@pytest.mark.parametrize(
+    ("text", "op", "key", "value"),
+    [
+        ("a.b=1", "set", "a.b", 1),
+        ("+a.b=1e-6", "add", "a.b", 1e-6),
+        ("++a.b=x", "force_add", "a.b", "x"),
+        ("~a.b", "delete", "a.b", None),
+        ("~a.b=3", "delete", "a.b", 3),
+        ("a.b=['/x.parquet', '/y.parquet']", "set", "a.b", ["/x.parquet", "/y.parquet"]),
+        ('a.b=["console","wandb"]', "set", "a.b", ["console", "wandb"]),
+        ("a.b=", "set", "a.b", ""),
+        ("a.b=null", "set", "a.b", None),
+        ("a.b=True", "set", "a.b", True),
+        ("a.b=uv -v run --frozen", "set", "a.b", "uv -v run --frozen"),
+        ("a-b.c_d=http://h:1/x?y=2", "set", "a-b.c_d", "http://h:1/x?y=2"),
+    ],
+)
+def test_parse_override(text: str, op: str, key: str, value: object) -> None:
+    ov = parse_override(text)
+    assert (ov.op, ov.key, ov.value) == (op, key, value)
+
+
+@pytest.mark.parametrize("text", ["a.b", "=1", "a..b=1", "+=1", "a b=1", "a.b=[1,2"])
+def test_malformed_overrides_name_themselves(text: str) -> None:
+    with pytest.raises(ConfigError, match="override"):
+        parse_override(text)
+
+
+def test_split_command_line_reads_hydras_flags() -> None:
+    line = split_command_line(["--config-path=conf", "-cn", "my", "--cfg", "job", "a=1", "~b"])
+    assert (line.config_path, line.config_name, line.print_config) == ("conf", "my", True)
+    assert line.overrides == ["a=1", "~b"]
+    with pytest.raises(ConfigError, match="multirun"):
+        split_command_line(["-m", "a=1,2"])
+
+
+def test_plus_and_delete_on_our_keys() -> None:
+    cfg = ppo(
+        "+trainer.total_training_steps=3", "++data.train_batch_size=512", "trainer.logger=[console,wandb]"
+    )
+    assert (cfg.trainer.total_training_steps, cfg.data.train_batch_size) == (3, 512)
+    # ~key: back to the schema default (the recipe's value is dropped too)
+    cfg = ppo("trainer.total_training_steps=3", "~trainer.total_training_steps", "~trainer.project_name")
+    assert cfg.trainer.total_training_steps is None
+    assert cfg.trainer.project_name == "verl"
+    assert ppo("data.train_batch_size=512", "~data.train_batch_size=512").data.train_batch_size == 1024
+    with pytest.raises(ConfigError, match="data.train_batch_size is 1024, not 512"):
+        ppo("~data.train_batch_size=512")
+    # a verl key is forgotten
+    assert (
+        ppo(
+            f"{ARR}.actor.fsdp_config.param_offload=True", f"~{ARR}.actor.fsdp_config.param_offload"
+        ).compat.no_effect
+        == {}
+    )
+
+
+def test_logger_as_one_word() -> None:
+    assert list(ppo("trainer.logger=console").trainer.logger) == ["console"]
+
+
+# ------------------------------------------------------------------------------------------------ dispositions
+def test_no_effect_keys_are_recorded_and_reported_once_grouped_by_reason() -> None:
+    cfg = ppo(
+        f"{ARR}.actor.fsdp_config.param_offload=True",
+        f"{ARR}.ref.fsdp_config.param_offload=True",
+        f"{ARR}.rollout.enforce_eager=True",
+        "+ray_kwargs.ray_init.runtime_env.py_executable=uv run",
+    )
+    assert dict(cfg.compat.no_effect) == {
+        f"{ARR}.actor.fsdp_config.param_offload": True,
+        f"{ARR}.ref.fsdp_config.param_offload": True,
+        f"{ARR}.rollout.enforce_eager": True,
+        "ray_kwargs.ray_init.runtime_env.py_executable": "uv run",
+    }
+    lines = [line for line in notices(cfg) if line.startswith("no effect here")]
+    fsdp = [line for line in lines if "param_offload" in line]
+    assert len(fsdp) == 1 and "actor.fsdp_config" in fsdp[0] and "ref.fsdp_config" in fsdp[0]
+    assert "FSDP" in fsdp[0]
+    assert any("enforce_eager=true" in line and "inference server" in line for line in lines)
+
+
+def test_dapo_spellings() -> None:
+    cfg = ppo(
+        "reward_model.reward_manager=dapo",
+        "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True",
+        "+reward_model.reward_kwargs.overlong_buffer_cfg.len=64",
+        "+reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor=0.5",
+        "+reward_model.reward_kwargs.overlong_buffer_cfg.log=False",
+        "+reward_model.reward_kwargs.max_resp_len=512",
+    )
+    assert dict(cfg.reward_model.overlong_buffer) == {"enable": True, "len": 64, "penalty_factor": 0.5}
+    # the newer spelling under reward.*
+    cfg = ppo("reward.reward_manager.name=dapo", "+reward.reward_kwargs.overlong_buffer_cfg.enable=True")
+    assert cfg.reward_model.reward_manager == "dapo" and cfg.reward_model.overlong_buffer.enable
+    with pytest.raises(ConfigError, match=r"max_resp_len=100: .*data.max_response_length \(512\)"):
+        ppo("reward_model.reward_manager=dapo", "+reward_model.reward_kwargs.max_resp_len=100")
+
+
+def test_custom_reward_function_spellings() -> None:
+    cfg = ppo("reward.custom_reward_function.path=/x/r.py", "reward.custom_reward_function.name=score")
+    assert (cfg.custom_reward_function.path, cfg.custom_reward_function.name) == ("/x/r.py", "score")
+
+
+def test_renamed_keys() -> None:
+    cfg = ppo(
+        f"{ARR}.actor.optim.clip_grad=0.5",
+        f"{ARR}.actor.optim.warmup_style=cosine",
+        f"{ARR}.actor.tau_pos=2.0",
+        f"{ARR}.actor.use_remove_padding=False",
+    )
+    actor = cfg[ARR].actor
+    assert (actor.grad_clip, actor.optim.lr_scheduler_type, actor.policy_loss.tau_pos) == (0.5, "cosine", 2.0)
+    assert cfg[ARR].model.use_remove_padding is False
+    assert (
+        f"{ARR}.actor.optim.warmup_style=cosine: verl's deprecated spelling; read as {ARR}.actor.optim.lr_scheduler_type"
+        in notices(cfg)
+    )
+
+
+def test_old_global_micro_batch_sizes_are_divided_by_the_ranks() -> None:
+    cfg = ppo(f"{ARR}.actor.ppo_micro_batch_size=32", f"{ARR}.rollout.log_prob_micro_batch_size=16")
+    assert cfg[ARR].actor.ppo_micro_batch_size_per_gpu == 4  # verl's default: 8 GPUs
+    assert cfg[ARR].rollout.log_prob_micro_batch_size_per_gpu == 2
+    assert any(
+        "read as actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4" in line for line in notices(cfg)
+    )
+    cfg = ppo("trainer.n_gpus_per_node=2", "critic.ppo_micro_batch_size=8")
+    assert cfg.critic.ppo_micro_batch_size_per_gpu == 4
+    with pytest.raises(ConfigError, match="both set"):
+        ppo(f"{ARR}.actor.ppo_micro_batch_size=32", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4")
+    with pytest.raises(ConfigError, match="multiple of the 8 ranks"):
+        ppo(f"{ARR}.actor.ppo_micro_batch_size=12")
+
+
+def test_resume_from_path() -> None:
+    cfg = ppo("trainer.resume_mode=resume_path", "trainer.resume_from_path=/ck/global_step_5")
+    assert cfg.trainer.resume_mode == "/ck/global_step_5"
+    assert ppo("trainer.resume_from_path=/ck/global_step_5").trainer.resume_mode == "auto"
+    with pytest.raises(ConfigError, match="resume_path needs trainer.resume_from_path"):
+        ppo("trainer.resume_mode=resume_path")
+
+
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        ("reward_model.enable=True", "reward_model.enable=true: a model-based reward"),
+        ("reward.reward_model.enable=True", "a model-based reward"),
+        ("algorithm.use_pf_ppo=True", "PF-PPO"),
+        (f"{ARR}.rollout.multi_turn.enable=True", "multi-turn"),
+        ("distillation.enabled=True", "distillation"),
+        ("trainer.v1.trainer_mode=separate_async", "asynchronous"),
+        (f"{ARR}.model.lora_adapter_path=/a", "saved LoRA adapter"),
+        ("trainer.default_hdfs_dir=hdfs://x", "HDFS"),
+    ],
+)
+def test_values_that_would_change_what_is_learned_are_refused(override: str, fragment: str) -> None:
+    with pytest.raises(ConfigError, match="accepted here") as info:
+        ppo(override)
+    assert fragment in str(info.value)
+    assert override.split("=")[0] in str(info.value)
+
+
+def test_refused_keys_are_accepted_at_the_values_that_mean_what_happens_here() -> None:
+    cfg = ppo("reward_model.enable=False", "algorithm.use_pf_ppo=False", f"{ARR}.hybrid_engine=True")
+    assert "reward_model.enable" in cfg.compat.no_effect
+
+
+@pytest.mark.parametrize(
+    ("key", "suggestion"),
+    [
+        (f"{ARR}.actor.fsdp_config.param_ofload", f"{ARR}.actor.fsdp_config.param_offload"),
+        ("trainer.n_gpu_per_node", "trainer.n_gpus_per_node"),
+        (f"{ARR}.rollout.enforce_eagr", f"{ARR}.rollout.enforce_eager"),
+    ],
+)
+def test_unknown_keys_suggest_ours_or_verls(key: str, suggestion: str) -> None:
+    with pytest.raises(ConfigError, match=f"unknown config key '{key}'; did you mean '{suggestion}'"):
+        ppo(f"{key}=1")
+
+
+def test_a_plus_key_nobody_reads_is_unknown() -> None:
+    with pytest.raises(ConfigError, match="unknown config key 'trainer.my_flag'"):
+        ppo("+trainer.my_flag=1")
+
+
+# ------------------------------------------------------------------------------------------------ this machine
+def test_gpu_counts_map_onto_one_local_process() -> None:
+    cfg = ppo("trainer.n_gpus_per_node=8", "trainer.nnodes=2", "data.train_batch_size=512")
+    assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node) == (1, 1)
+    assert dict(cfg.compat.mapped) == {"trainer.nnodes": 2, "trainer.n_gpus_per_node": 8}
+    assert "= 2 x 8 = 16 ranks, with trainer.backend=local: training as 1 process" in notices(cfg)[0]
+    # with Ray the ranks are workers, as asked
+    cfg = ppo("trainer.n_gpus_per_node=2", "trainer.backend=ray")
+    assert cfg.trainer.n_gpus_per_node == 2 and dict(cfg.compat.mapped) == {}
+
+
+def test_the_grpo_recipe_is_unchanged_by_the_compat_layer() -> None:
+    cfg = load_config()
+    assert dict(cfg.compat.no_effect) == {} and dict(cfg.compat.mapped) == {}
+    assert notices(cfg) == []
+
+
+# ------------------------------------------------------------------------------------------------ verl-style files
+def test_a_verl_style_config_file(tmp_path) -> None:
+    from verl.cli import main
+
+    (tmp_path / "my_grpo.yaml").write_text(
+        "hydra:\n  searchpath: [file://verl/trainer/config]\n"
+        "defaults:\n  - ppo_trainer\n  - _self_\n"
+        "algorithm:\n  adv_estimator: grpo\n"
+        "actor_rollout_ref:\n  rollout:\n    n: 4\n  actor:\n    fsdp_config:\n      param_offload: true\n"
+    )
+    cfg = load_config(str(tmp_path / "my_grpo.yaml"))
+    assert cfg.algorithm.adv_estimator == "grpo" and cfg[ARR].rollout.n == 4
+    assert cfg.trainer.project_name == "verl_examples"  # from ppo_trainer
+    assert f"{ARR}.actor.fsdp_config.param_offload" in cfg.compat.no_effect
+    assert main(["run", "--config-path", str(tmp_path), "--config-name", "my_grpo", "--print-config"]) == 0
+    assert main(["run", "--config-path", str(tmp_path), "--config-name", "nope", "--print-config"]) == 2
+
+
+def test_docs_verl_compat_is_generated_from_the_code() -> None:
+    from pathlib import Path
+
+    from verl.config.compat_doc import render
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "verl_compat.md"
+    assert doc.read_text() == render(), "run: python scripts/gen_verl_compat_doc.py"

@@ -1,0 +1,395 @@
+"""The original verl's config keys, read here: each works, maps onto a key of ours, or is reported.
+
+A verl launch script sets keys of verl's ``ppo_trainer.yaml`` (listed in ``verl_keys/ppo_trainer.json``, the
+union over verl releases v0.4.1 to 2026-11, written by ``scripts/extract_verl_keys.py``). Every one of them
+falls in exactly one of these cases:
+
+* **ours**: the key exists in our schema with verl's meaning;
+* **rename**: verl's other spelling for a key of ours (``reward.custom_reward_function.path``,
+  ``+reward_model.reward_kwargs.overlong_buffer_cfg.len``, ``optim.clip_grad``); a deprecated spelling is
+  also reported;
+* **no effect**: accepted and reported once at start-up, with why it changes nothing here (FSDP offload,
+  profilers, vLLM tuning, ...): these change speed or memory on verl's GPU workers, not what is learned;
+* **only**: accepted at the values that mean what this repository does (``reward_model.enable=false``), and
+  refused otherwise with what it would take, because ignoring them would change what the run learns.
+
+A key verl does not have either, outside verl's free-form sections (``engine_kwargs``, ``ray_init``,
+``reward_kwargs``, ...), is an unknown key with the nearest valid one suggested. The rules are in
+:mod:`verl.config.verl_rules`; ``docs/verl_compat.md`` is generated from them
+(``python scripts/gen_verl_compat_doc.py``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from verl.config.errors import ConfigError, short_repr
+from verl.config.verl_rules import FREE_FORM, HYDRA_GROUPS, PPO_RULES, SFT_RULES, Rule
+
+KEYS_DIR = Path(__file__).resolve().parent / "verl_keys"
+
+
+@cache
+def verl_keys(config: str = "ppo_trainer") -> dict[str, dict[str, Any]]:
+    """verl's keys of one config (``ppo_trainer`` or ``sft_trainer``): default, first and last release."""
+    return json.loads((KEYS_DIR / f"{config}.json").read_text())
+
+
+def _matches(key: str, pattern: str) -> bool:
+    return key == pattern or ("*" in pattern and fnmatch.fnmatchcase(key, pattern))
+
+
+def rule_for(key: str, rules: tuple[Rule, ...] = PPO_RULES) -> Rule | None:
+    """The first rule whose pattern matches ``key``, or None."""
+    for rule in rules:
+        if _matches(key, rule.pattern):
+            return rule
+    return None
+
+
+def is_verl_key(key: str, config: str = "ppo_trainer") -> bool:
+    """A key of verl's config, or one below a free-form section of it (which verl's scripts add with ``+``)."""
+    known = verl_keys(config)
+    if key in known or key in HYDRA_GROUPS.get(config, ()) or any(_matches(key, p) for p in FREE_FORM):
+        return True
+    parts = key.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        prefix = ".".join(parts[:i])
+        if known.get(prefix, {}).get("default") == {} or any(_matches(prefix, p) for p in FREE_FORM):
+            return True
+    return False
+
+
+def suggest_verl_key(key: str, config: str = "ppo_trainer") -> str | None:
+    """The closest of verl's keys to an unknown one (difflib), or None."""
+    close = difflib.get_close_matches(key, list(verl_keys(config)), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def renamed(key: str, rule: Rule) -> str:
+    """Our key for a verl key matched by a rename rule."""
+    assert rule.target is not None
+    if rule.target.endswith("*"):
+        stem = rule.pattern[: rule.pattern.index("*")]
+        return rule.target[:-1] + key[len(stem) :]
+    return rule.target
+
+
+def _same(value: Any, honoured: tuple[Any, ...]) -> bool:
+    for ok in honoured:
+        if value == ok and type(value) is type(ok) or (value is None and ok is None):
+            return True
+        if isinstance(ok, float) and isinstance(value, int) and not isinstance(value, bool) and value == ok:
+            return True
+    return False
+
+
+def refuse(key: str, value: Any, rule: Rule) -> ConfigError:
+    accepted = " or ".join(_yaml(v) for v in rule.honoured)
+    return ConfigError(f"{key}={_yaml(value)}: {rule.why}; accepted here: {accepted}")
+
+
+def _yaml(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return short_repr(value) if isinstance(value, (list, dict)) else str(value)
+
+
+@dataclass
+class Translation:
+    """A source (YAML file or override) rewritten into our keys, plus what it set that is not ours."""
+
+    ours: dict[str, Any]
+    """dotted key of ours -> value"""
+    compat: dict[str, dict[str, Any]]
+    """section of the ``compat`` config (no_effect, deprecated, deferred) -> {verl key: value}"""
+
+
+def translate_leaf(key: str, value: Any, rules: tuple[Rule, ...], config: str, out: Translation) -> bool:
+    """Route one verl key; False when the key is unknown to verl too (the caller reports it)."""
+    if not is_verl_key(key, config):
+        return False
+    rule = rule_for(key, rules)
+    if rule is None:
+        raise ConfigError(
+            f"verl key '{key}' has no rule here (a bug in verl/config/verl_compat.py: please report it)"
+        )
+    if rule.kind == "rename":
+        target = renamed(key, rule)
+        out.ours[target] = value
+        if rule.deprecated:
+            out.compat.setdefault("deprecated", {})[key] = value
+    elif rule.kind == "only":
+        if not _same(value, rule.honoured):
+            raise refuse(key, value, rule)
+        out.compat.setdefault("no_effect", {})[key] = value
+    elif rule.kind == "deferred":
+        out.compat.setdefault("deferred", {})[key] = value
+    else:
+        out.compat.setdefault("no_effect", {})[key] = value
+    return True
+
+
+def walk_leaves(node: Mapping[str, Any], is_ours: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """Dotted (key, value) pairs of a nested mapping, down to its leaves or to a (free-form) key of ours."""
+    out: list[tuple[str, Any]] = []
+    for raw, value in node.items():
+        key = f"{prefix}{raw}"
+        if isinstance(value, Mapping) and value and not is_ours(key):
+            out.extend(walk_leaves(value, is_ours, f"{key}."))
+        else:
+            out.append((key, value))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# after all sources are merged
+# --------------------------------------------------------------------------------------------------------------
+GLOBAL_MICRO_BATCH = {
+    "actor_rollout_ref.actor.ppo_micro_batch_size": "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size": "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size": "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+    "critic.ppo_micro_batch_size": "critic.ppo_micro_batch_size_per_gpu",
+    "critic.forward_micro_batch_size": "critic.forward_micro_batch_size_per_gpu",
+}
+"""verl's deprecated global micro-batch sizes and the per-GPU keys they become (divided by the ranks)"""
+
+
+def _ranks(cfg: Any) -> int:
+    return int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+
+
+def apply_deferred(cfg: Any, deferred: dict[str, Any]) -> dict[str, Any]:
+    """Write the deferred verl keys onto ours now that every source is merged; returns them as deprecated
+    (old global micro-batch sizes) or no-effect entries."""
+    deprecated: dict[str, Any] = {}
+    for key, value in deferred.items():
+        if value is None:
+            continue
+        if key in GLOBAL_MICRO_BATCH:
+            per_gpu = GLOBAL_MICRO_BATCH[key]
+            if OmegaConf.select(cfg, per_gpu) is not None:
+                raise ConfigError(
+                    f"{key}={value} and {per_gpu} are both set: the first is verl's deprecated global form of "
+                    "the second; keep one"
+                )
+            ranks = _ranks(cfg)
+            if not isinstance(value, int) or isinstance(value, bool) or value < ranks or value % ranks:
+                raise ConfigError(
+                    f"{key}={_yaml(value)}: a global micro-batch size must be a multiple of the {ranks} ranks "
+                    "(trainer.nnodes x trainer.n_gpus_per_node) it is divided over"
+                )
+            OmegaConf.update(cfg, per_gpu, value // ranks, merge=False)
+            deprecated[key] = value
+        elif key == "trainer.resume_from_path":
+            if cfg.trainer.resume_mode == "resume_path":
+                cfg.trainer.resume_mode = str(value)
+            deprecated[key] = value
+        elif key.endswith("reward_kwargs.max_resp_len"):
+            if value != cfg.data.max_response_length:
+                raise ConfigError(
+                    f"{key}={_yaml(value)}: the DAPO overlong penalty here counts from data.max_response_length "
+                    f"({cfg.data.max_response_length}); set both to the same value"
+                )
+            deprecated[key] = value
+    if cfg.trainer.resume_mode == "resume_path":
+        raise ConfigError(
+            "trainer.resume_mode=resume_path needs trainer.resume_from_path=<a global_step_N directory> "
+            "(or give the path directly: trainer.resume_mode=<path>)"
+        )
+    return deprecated
+
+
+def apply_sft_deferred(cfg: Any, deferred: dict[str, Any]) -> dict[str, Any]:
+    """verl's old SFT field selection: ``prompt_key=extra_info`` + ``prompt_dict_keys=[question]`` is
+    ``prompt_key=extra_info.question`` here; ``multiturn.enable`` + ``multiturn.messages_key`` is
+    ``messages_key``. Returns the keys read, as deprecated entries."""
+    read: dict[str, Any] = {}
+    for which in ("prompt", "response"):
+        fields = deferred.get(f"data.{which}_dict_keys")
+        if fields in (None, [], ""):
+            continue
+        fields = [fields] if isinstance(fields, str) else list(fields)
+        if not all(isinstance(f, str) and f for f in fields):
+            raise ConfigError(f"data.{which}_dict_keys={_yaml(fields)}: expected a list of field names")
+        key = f"data.{which}_key"
+        OmegaConf.update(cfg, key, ".".join([str(OmegaConf.select(cfg, key)), *fields]), merge=False)
+        read[f"data.{which}_dict_keys"] = fields
+    if deferred.get("data.multiturn.enable"):
+        cfg.data.messages_key = deferred.get("data.multiturn.messages_key") or "messages"
+        read["data.multiturn.enable"] = True
+    return read
+
+
+NOT_BUILT_ENGINES = ("vllm", "sglang", "trtllm")
+"""verl's inference-server rollout engines, not built here: mapped onto the fast engine"""
+SHARDED_STRATEGIES = ("fsdp", "fsdp2")
+"""verl's sharded training strategies, not built here: mapped onto dp (the same updates, unsharded)"""
+
+
+def fit_to_machine(cfg: Any) -> dict[str, Any]:
+    """Map settings this repository cannot run as asked onto ones it can, without changing what is learned;
+    returns {key: the value asked for}. Each is reported at start-up (:func:`notices`)."""
+    mapped: dict[str, Any] = {}
+
+    def remap(key: str, value: Any) -> None:
+        asked = OmegaConf.select(cfg, key)
+        mapped[key] = OmegaConf.to_container(asked) if OmegaConf.is_config(asked) else asked
+        OmegaConf.update(cfg, key, value, merge=False)
+
+    _fit_loggers(cfg, remap)
+    if "actor_rollout_ref" not in cfg:
+        return mapped
+    rollout, actor = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.actor
+    if rollout.name in NOT_BUILT_ENGINES:
+        remap("actor_rollout_ref.rollout.name", "fast")
+    if actor.strategy in SHARDED_STRATEGIES:
+        remap("actor_rollout_ref.actor.strategy", "dp")
+    if cfg.trainer.backend == "local":
+        if _ranks(cfg) > 1:
+            for key in ("trainer.nnodes", "trainer.n_gpus_per_node"):
+                if OmegaConf.select(cfg, key) != 1:
+                    remap(key, 1)
+        if cfg.reward_model.num_workers > 1:
+            remap("reward_model.num_workers", 1)
+    return mapped
+
+
+TRACKER_PACKAGES = {"wandb": "wandb", "tensorboard": "tensorboard"}
+"""trainer.logger entries that need a package this repository does not depend on"""
+
+
+def _fit_loggers(cfg: Any, remap: Any) -> None:
+    """verl's scripts log to wandb; where its package is missing the metrics go to metrics.jsonl instead."""
+    import importlib.util
+
+    loggers = list(cfg.trainer.logger)
+    missing = [
+        name for name in loggers if name in TRACKER_PACKAGES and importlib.util.find_spec(name) is None
+    ]
+    if missing:
+        kept = [name for name in loggers if name not in missing]
+        remap("trainer.logger", kept + ([] if "jsonl" in kept else ["jsonl"]))
+
+
+def _escaped(value: Any) -> Any:
+    """A value recorded as given: an interpolation in it is kept as text, not resolved."""
+    if isinstance(value, str):
+        return value.replace("${", "\\${")
+    if isinstance(value, list):
+        return [_escaped(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _escaped(v) for k, v in value.items()}
+    return value
+
+
+def record_compat(cfg: Any, compat: dict[str, dict[str, Any]], config: str = "ppo_trainer") -> None:
+    """Apply the deferred keys and the machine mapping to ``cfg`` and record what verl asked in ``cfg.compat``."""
+    deprecated = dict(compat.get("deprecated", {}))
+    if config == "sft_trainer":
+        deprecated.update(apply_sft_deferred(cfg, compat.get("deferred", {})))
+        mapped = fit_to_machine(cfg)
+    else:
+        deprecated.update(apply_deferred(cfg, compat.get("deferred", {})))
+        mapped = fit_to_machine(cfg)
+    record = {"no_effect": compat.get("no_effect", {}), "deprecated": deprecated, "mapped": mapped}
+    for section, entries in record.items():
+        cfg.compat[section] = _escaped(dict(sorted(entries.items())))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the start-up report
+# --------------------------------------------------------------------------------------------------------------
+def _mapped_notice(cfg: Any, key: str, asked: Any) -> str | None:
+    used = OmegaConf.select(cfg, key)
+    if key == "actor_rollout_ref.rollout.name":
+        return (
+            f"{key}={asked}: the {asked} engine is not built here; generating with rollout.name={used} "
+            "(KV-cached sampling with the same temperature / top_p / top_k)"
+        )
+    if key == "actor_rollout_ref.actor.strategy":
+        return (
+            f"{key}={asked}: sharded training is not built here; training with strategy={used} (the same "
+            "updates; each worker holds the whole model)"
+        )
+    if key == "trainer.logger":
+        missing = [name for name in asked if name not in used]
+        return (
+            f"{key}={_yaml(list(asked))}: {', '.join(missing)} is not installed here (pip install "
+            f"{' '.join(TRACKER_PACKAGES[m] for m in missing)}); logging to {', '.join(used)} instead"
+        )
+    if key == "reward_model.num_workers":
+        return f"{key}={asked} with trainer.backend=local: rewards are scored in this process"
+    return None
+
+
+def _ranks_notice(cfg: Any, mapped: Mapping[str, Any]) -> str | None:
+    if "trainer.n_gpus_per_node" not in mapped and "trainer.nnodes" not in mapped:
+        return None
+    nodes = mapped.get("trainer.nnodes", cfg.trainer.nnodes)
+    per_node = mapped.get("trainer.n_gpus_per_node", cfg.trainer.n_gpus_per_node)
+    ranks = int(nodes) * int(per_node)
+    return (
+        f"trainer.nnodes x trainer.n_gpus_per_node = {nodes} x {per_node} = {ranks} ranks, with "
+        "trainer.backend=local: training as 1 process. verl's batch sizes are global, so every optimizer step "
+        "sees the same samples; *_per_gpu micro-batches count per process. trainer.backend=ray runs "
+        f"{ranks} data-parallel workers"
+    )
+
+
+def _deprecated_notice(cfg: Any, key: str, value: Any, rules: tuple[Rule, ...]) -> str:
+    if key in GLOBAL_MICRO_BATCH:
+        target = GLOBAL_MICRO_BATCH[key]
+        return f"{key}={_yaml(value)}: verl's deprecated global form; read as {target}={OmegaConf.select(cfg, target)}"
+    if key == "trainer.resume_from_path":
+        return f"{key}={_yaml(value)}: read as trainer.resume_mode={cfg.trainer.resume_mode}"
+    if key.endswith("_dict_keys") or key == "data.multiturn.enable":
+        which = {"data.prompt_dict_keys": "prompt_key", "data.response_dict_keys": "response_key"}.get(key)
+        target = f"data.{which}" if which else "data.messages_key"
+        return f"{key}={_yaml(value)}: verl's old SFT form; read as {target}={OmegaConf.select(cfg, target)}"
+    if key.endswith("max_resp_len"):
+        return (
+            f"{key}={_yaml(value)}: the same as data.max_response_length, which the DAPO manager reads here"
+        )
+    rule = rule_for(key, rules)
+    target = renamed(key, rule) if rule is not None and rule.kind == "rename" else "?"
+    return f"{key}={_yaml(value)}: verl's deprecated spelling; read as {target}"
+
+
+def notices(cfg: Any) -> list[str]:
+    """What to tell the user once at start-up: settings mapped to this machine, deprecated spellings, keys
+    accepted with no effect here (grouped by why), and keys of ours that only another backend reads."""
+    from verl.config.backends import backend_notices, sft_backend_notices
+
+    compat = cfg.get("compat")
+    if compat is None:
+        return []
+    is_rl = "actor_rollout_ref" in cfg
+    rules = PPO_RULES if is_rl else SFT_RULES
+    lines = []
+    mapped = dict(compat.mapped)
+    ranks = _ranks_notice(cfg, mapped)
+    lines += [ranks] if ranks else []
+    for key, asked in mapped.items():
+        line = _mapped_notice(cfg, key, asked)
+        lines += [line] if line else []
+    lines += [_deprecated_notice(cfg, k, v, rules) for k, v in compat.deprecated.items()]
+    lines += backend_notices(cfg) if is_rl else sft_backend_notices(cfg)
+    by_reason: dict[str, list[str]] = {}
+    for key, value in compat.no_effect.items():
+        rule = rule_for(key, rules)
+        why = rule.why if rule is not None else "Hydra's own settings"
+        by_reason.setdefault(why, []).append(f"{key}={_yaml(value)}")
+    lines += [f"no effect here: {', '.join(keys)} ({why})" for why, keys in by_reason.items()]
+    return lines

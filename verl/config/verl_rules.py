@@ -1,0 +1,497 @@
+"""The rules reading the original verl's config keys: for each key (or glob of keys), whether it is verl's
+other spelling of a key here, has no effect here (and why), is accepted only at the values that mean what
+happens here, or is read once every source is merged. Pure data; :mod:`verl.config.verl_compat` applies it,
+and ``docs/verl_compat.md`` is generated from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one verl key (or a glob of keys: ``*`` also matches dots) does here."""
+
+    pattern: str
+    """the key, or an fnmatch glob"""
+    kind: str
+    """rename | no_effect | only | deferred"""
+    why: str = ""
+    """no_effect: why it changes nothing here; only: what other values would do and what would honour them"""
+    target: str | None = None
+    """rename: our key (a trailing ``*`` takes the rest of the matched key)"""
+    honoured: tuple[Any, ...] = ()
+    """only: the values accepted (they mean what this repository does)"""
+    deprecated: bool = False
+    """rename: verl's old spelling, reported with the new one"""
+
+
+def _no(pattern: str, why: str) -> Rule:
+    return Rule(pattern, "no_effect", why)
+
+
+def _only(pattern: str, honoured: tuple[Any, ...], why: str) -> Rule:
+    return Rule(pattern, "only", why, honoured=honoured)
+
+
+def _rename(pattern: str, target: str, deprecated: bool = False) -> Rule:
+    return Rule(pattern, "rename", target=target, deprecated=deprecated)
+
+
+def _deferred(pattern: str, why: str) -> Rule:
+    """Read after all sources are merged, because its meaning depends on other keys (see ``apply_deferred``)."""
+    return Rule(pattern, "deferred", why)
+
+
+# Why each group of keys changes nothing here.
+FSDP = (
+    "FSDP sharding / offload / wrapping of verl's GPU workers: training here is actor.strategy=dp (one process, "
+    "or DDP over trainer.backend=ray workers); the same updates, without sharding"
+)
+PROFILER = (
+    "profiler hooks (nsys / torch / NPU): none is attached here; trainer.trace=true writes a per-step trace"
+)
+SERVER = (
+    "tuning of an inference server (vLLM / SGLang): the engines built here generate with the actor's own "
+    "module, so there is no server to tune"
+)
+KERNELS = "a kernel or memory optimisation of verl's GPU workers: the same results, computed without it here"
+ULYSSES = "Ulysses sequence parallelism splits sequences over GPUs; every worker here holds whole sequences"
+CHECKPOINT = (
+    "checkpoint contents: a checkpoint here always holds the model, optimizer and everything exact resume "
+    "needs; `verl export` writes the HuggingFace model"
+)
+TARGET = "names the dataclass verl builds this section into; there is nothing to choose here"
+DERIVED = "an interpolation of other keys in verl; the same value comes from those keys here"
+RAY = "Ray start-up options: trainer.backend=ray starts Ray (or joins RAY_ADDRESS) with this machine's resources"
+MEDIA = "images / video / audio inputs: prompts here are text"
+LOADER = "data-loader workers and shared memory: the dataset is read in the trainer process here"
+LOGGING = "an output verl writes besides its metrics (generations, rollout dumps): not written here"
+STRATEGY = "the critic and reference follow actor_rollout_ref.actor.strategy here"
+SEED = "a second seed verl keeps for one component: every random stream here derives from trainer.seed"
+REWARD_MODEL = (
+    "a model-based reward (a reward model served by its own workers) is not built here; rewards come from "
+    "rule-based scorers and custom_reward_function"
+)
+# True while every engine built here samples from the trained module; an inference server with its own
+# weights and kernels (vLLM) makes the ratio differ from 1, and these keys must then be read.
+ROLLOUT_CORRECTION = (
+    "rollout correction reweights (or rejects) samples by the ratio of the trainer's to the rollout engine's "
+    "probabilities; the engines built here sample from the trained module itself, so the ratio is 1 (up to float "
+    "rounding) and nothing is reweighted or rejected"
+)
+ASYNC = "verl's asynchronous / disaggregated trainer modes are not built here; steps run synchronously"
+
+# Ordered: the first rule whose pattern matches a key decides. Exact keys first, then globs.
+PPO_RULES: tuple[Rule, ...] = (
+    # --- verl's other spellings of our keys
+    _rename("reward.custom_reward_function.*", "custom_reward_function.*"),
+    _rename("reward.reward_manager.name", "reward_model.reward_manager"),
+    _rename("reward_manager.name", "reward_model.reward_manager"),
+    _rename("reward.num_workers", "reward_model.num_workers"),
+    _no("reward_model.reward_kwargs.overlong_buffer_cfg.log", "the overlong metrics are always logged here"),
+    _no("reward.reward_kwargs.overlong_buffer_cfg.log", "the overlong metrics are always logged here"),
+    _rename("reward_model.reward_kwargs.overlong_buffer_cfg.*", "reward_model.overlong_buffer.*"),
+    _rename("reward.reward_kwargs.overlong_buffer_cfg.*", "reward_model.overlong_buffer.*"),
+    _deferred(
+        "reward_model.reward_kwargs.max_resp_len",
+        "the DAPO manager's response budget: here it is data.max_response_length, so only that value is accepted",
+    ),
+    _deferred(
+        "reward.reward_kwargs.max_resp_len",
+        "the DAPO manager's response budget: here it is data.max_response_length, so only that value is accepted",
+    ),
+    _rename("actor_rollout_ref.actor.optim.clip_grad", "actor_rollout_ref.actor.grad_clip"),
+    _rename("critic.optim.clip_grad", "critic.grad_clip"),
+    _rename(
+        "actor_rollout_ref.actor.optim.warmup_style", "actor_rollout_ref.actor.optim.lr_scheduler_type", True
+    ),
+    _rename("critic.optim.warmup_style", "critic.optim.lr_scheduler_type", True),
+    _rename("actor_rollout_ref.actor.tau_pos", "actor_rollout_ref.actor.policy_loss.tau_pos"),
+    _rename("actor_rollout_ref.actor.tau_neg", "actor_rollout_ref.actor.policy_loss.tau_neg"),
+    _rename("actor_rollout_ref.actor.use_remove_padding", "actor_rollout_ref.model.use_remove_padding"),
+    _rename("actor_rollout_ref.actor.checkpoint.async_save", "trainer.async_save"),
+    _rename("critic.checkpoint.async_save", "trainer.async_save"),
+    # Old global micro-batch sizes: divided by the number of ranks once the config is complete.
+    _deferred(
+        "actor_rollout_ref.actor.ppo_micro_batch_size", "deprecated in verl: a global micro-batch size"
+    ),
+    _deferred(
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size", "deprecated in verl: a global micro-batch size"
+    ),
+    _deferred(
+        "actor_rollout_ref.ref.log_prob_micro_batch_size", "deprecated in verl: a global micro-batch size"
+    ),
+    _deferred("critic.ppo_micro_batch_size", "deprecated in verl: a global micro-batch size"),
+    _deferred("critic.forward_micro_batch_size", "deprecated in verl: a global micro-batch size"),
+    _deferred(
+        "trainer.resume_from_path", "verl's resume_mode=resume_path target: here trainer.resume_mode=<path>"
+    ),
+    # --- values that would change what is learned: accepted only where they mean what happens here
+    _only("reward_model.enable", (False, None), REWARD_MODEL),
+    _only("reward.reward_model.enable", (False, None), REWARD_MODEL),
+    _only("reward_model.use_reward_loop", (True, False, None), REWARD_MODEL),
+    _only(
+        "reward.reward_manager.source",
+        ("register",),
+        "a reward manager imported from a module is not built here; use reward_model.reward_manager "
+        "(naive | batch | dapo) and custom_reward_function",
+    ),
+    _only(
+        "reward.reward_manager.module.path",
+        (None,),
+        "a reward manager imported from a file is not built here",
+    ),
+    _only(
+        "reward_manager.source", ("register",), "a reward manager imported from a module is not built here"
+    ),
+    _only("reward_manager.module.path", (None,), "a reward manager imported from a file is not built here"),
+    _only(
+        "reward_model.reward_loop_source",
+        (None, "register"),
+        "a reward loop imported from a file is not built",
+    ),
+    _only(
+        "reward_model.reward_loop_module_path",
+        (None,),
+        "a reward loop imported from a file is not built here",
+    ),
+    _only("algorithm.use_pf_ppo", (False,), "PF-PPO's reweighting of samples by reward is not built here"),
+    _only(
+        "algorithm.rollout_correction.loss_type",
+        ("ppo_clip",),
+        "verl's bypass-mode REINFORCE loss is not built here; the policy loss is "
+        "actor_rollout_ref.actor.policy_loss.loss_mode",
+    ),
+    _only("distillation.enabled", (False,), "on-policy distillation from a teacher model is not built here"),
+    _only(
+        "transfer_queue.enable",
+        (False,),
+        "verl's TransferQueue data plane: data moves over Ray / in-process here",
+    ),
+    _only("skip.*.enable", (False,), "replaying dumped rollouts instead of generating is not built here"),
+    _only("actor_rollout_ref.rollout.skip.enable", (False,), "replaying dumped rollouts is not built here"),
+    _only("actor_rollout_ref.rollout.skip_rollout", (False,), "replaying dumped rollouts is not built here"),
+    _only(
+        "actor_rollout_ref.rollout.multi_turn.enable",
+        (False,),
+        "multi-turn / tool-calling rollouts are not built",
+    ),
+    _only(
+        "actor_rollout_ref.rollout.ignore_eos",
+        (False,),
+        "generating past the end-of-sequence token is not built",
+    ),
+    _only(
+        "actor_rollout_ref.rollout.over_sample_rate",
+        (0, 0.0),
+        "over-sampling and aborting rollouts is not built",
+    ),
+    _only("actor_rollout_ref.rollout.use_fire_sampling", (False,), "FIRE sampling is not built here"),
+    _only("actor_rollout_ref.rollout.quantization", (None,), "quantized rollout weights are not built here"),
+    _only(
+        "actor_rollout_ref.rollout.quantization_config_file", (None,), "quantized rollouts are not built here"
+    ),
+    _only(
+        "actor_rollout_ref.rollout.enable_rollout_routing_replay", (False,), "MoE routing replay is not built"
+    ),
+    _only(
+        "actor_rollout_ref.rollout.disaggregation.enabled",
+        (False,),
+        "prefill/decode disaggregation: " + SERVER,
+    ),
+    _only("actor_rollout_ref.hybrid_engine", (True,), "actor and rollout always share one module here"),
+    _only("actor_rollout_ref.actor.router_replay.mode", ("disabled",), "MoE router replay is not built here"),
+    _only("actor_rollout_ref.ref.router_replay.mode", ("disabled",), "MoE router replay is not built here"),
+    _only("*.qat.enable", (False,), "quantization-aware training is not built here"),
+    _only("actor_rollout_ref.actor.policy_loss.dro_beta", (None,), "the DRO loss term is not built here"),
+    _only("actor_rollout_ref.actor.optim.optimizer", ("AdamW",), "the optimizer here is torch's AdamW"),
+    _only("critic.optim.optimizer", ("AdamW",), "the optimizer here is torch's AdamW"),
+    _only("*.optim.optimizer_impl", ("torch.optim",), "the optimizer here is torch.optim.AdamW"),
+    _only("*.optim.override_optimizer_config", (None, {}), "optimizer overrides are not built here"),
+    _only("*.optim.num_cycles", (0.5,), "the cosine schedule here is a half cycle (verl's default 0.5)"),
+    _only(
+        "actor_rollout_ref.model.custom_chat_template",
+        (None,),
+        "a custom chat template is not built here: put it in the tokenizer's tokenizer_config.json",
+    ),
+    _only("*.hf_config_path", (None,), "the HuggingFace config is read from the model directory here"),
+    _only(
+        "actor_rollout_ref.model.lora_adapter_path",
+        (None,),
+        "starting from a saved LoRA adapter is not built",
+    ),
+    _only("*.model.lora.rank", (0,), "Megatron's LoRA keys: LoRA here is actor_rollout_ref.model.lora_rank"),
+    _only(
+        "critic.model.lora_rank",
+        (0,),
+        "LoRA for the critic is not built here (the actor's is: model.lora_rank)",
+    ),
+    _only("*.mtp.enable", (False,), "multi-token prediction is not built here"),
+    _only("data.custom_cls.path", (None,), "a dataset class imported from a file is not built here"),
+    _only("data.sampler.class_path", (None,), "a sampler class imported from a file is not built here"),
+    _only("data.datagen.path", (None,), "a data generator imported from a file is not built here"),
+    _only("data.continuous_token.enable", (False,), "continuous-token inputs are not built here"),
+    _only("trainer.default_hdfs_dir", (None,), "copying checkpoints to HDFS is not built here"),
+    _only("trainer.v1.trainer_mode", ("sync",), ASYNC),
+    _only(
+        "critic.strategy",
+        ("fsdp", "fsdp2", "dp"),
+        "the critic follows actor_rollout_ref.actor.strategy; Megatron is not built here",
+    ),
+    _only(
+        "actor_rollout_ref.ref.strategy",
+        ("fsdp", "fsdp2", "dp", "${actor_rollout_ref.actor.strategy}"),
+        STRATEGY,
+    ),
+    _only("reward_model.strategy", ("fsdp", "fsdp2", "dp"), REWARD_MODEL),
+    # --- no effect here
+    _no("*._target_", TARGET),
+    _no("*.rollout_n", DERIVED),
+    _no("actor_rollout_ref.rollout.prompt_length", DERIVED + " (data.max_prompt_length)"),
+    _no("actor_rollout_ref.rollout.response_length", DERIVED + " (data.max_response_length)"),
+    _no("actor_rollout_ref.rollout.n_gpus_per_node", DERIVED + " (trainer.n_gpus_per_node)"),
+    _no("critic.loss_scale_factor", DERIVED + " (the critic's loss is a token mean here)"),
+    _no("*fsdp_config*", FSDP),
+    _no("critic.fsdp.*", FSDP),
+    _no("*profiler*", PROFILER),
+    _no("*profile_steps", PROFILER),
+    _no("*nsight_options*", PROFILER),
+    _no("trainer.npu_profile.*", PROFILER),
+    _no("*ulysses_sequence_parallel_size", ULYSSES),
+    _no("*.use_torch_compile", KERNELS),
+    _no("*.use_fused_kernels", KERNELS),
+    _no("*.fused_kernel_options.*", KERNELS),
+    _no("*.use_liger", KERNELS),
+    _no("*.use_shm", LOADER),
+    _no(
+        "*.entropy_from_logits_with_chunking",
+        KERNELS + " (model.log_prob_chunk_size chunks the LM head here)",
+    ),
+    _no("*.entropy_from_logits_chunk_size", KERNELS + " (model.log_prob_chunk_size chunks the LM head here)"),
+    _no("*.entropy_checkpointing", KERNELS),
+    _no("*.pad_to_length*", KERNELS),
+    _no("*.enable_activation_offload", KERNELS),
+    _no("*.tiled_mlp.*", KERNELS),
+    _no("*.use_prefix_grouper", KERNELS + " (model.share_prompts computes each prompt once per group here)"),
+    _no("*.calculate_entropy", "entropy is always computed and logged here (actor/entropy)"),
+    _no("*.calculate_sum_pi_squared", "a diagnostic verl can log; not computed here"),
+    _no("*.freeze_vision_tower", MEDIA),
+    _no(
+        "*.external_lib", "a module verl imports to register custom models; import it from your own code here"
+    ),
+    _no("*.checkpoint.*", CHECKPOINT),
+    _no("*.data_loader_seed", SEED),
+    _no("actor_rollout_ref.rollout.seed", SEED),
+    _no("*.full_determinism", "runs here are deterministic for a given machine and thread count without it"),
+    _no("actor_rollout_ref.nccl_timeout", "collective time-outs of verl's NCCL groups"),
+    _no("actor_rollout_ref.ref.model", "the reference is the actor's model here"),
+    _no("*.router_replay.*", "MoE router replay files (mode=disabled)"),
+    _no("*.qat.*", "quantization-aware training settings (qat.enable=false)"),
+    _no("*.mtp.*", "multi-token-prediction settings (mtp.enable=false)"),
+    _no("*.mtp", "multi-token-prediction settings (mtp.enable=false)"),
+    _no("*.model.lora.*", "Megatron's LoRA settings (lora.rank=0)"),
+    _no("critic.model.lora_alpha", "the critic's LoRA settings (critic.model.lora_rank=0)"),
+    _no("critic.model.target_modules", "the critic's LoRA settings (critic.model.lora_rank=0)"),
+    _no("critic.model.exclude_modules", "the critic's LoRA settings (critic.model.lora_rank=0)"),
+    _no("critic.model.lora_adapter_path", "the critic's LoRA settings (critic.model.lora_rank=0)"),
+    _no("critic.model.custom_chat_template", "the critic scores token ids; it has no chat template"),
+    _no(
+        "*.optim.total_training_steps",
+        "filled in by verl's trainer; here the schedule runs over the run's steps",
+    ),
+    _no("*.optim.zero_indexed_step", "the schedule here counts optimizer steps from 0 (verl's default)"),
+    _no("actor_rollout_ref.rollout.qat", "quantization-aware training settings (qat.enable=false)"),
+    _no("actor_rollout_ref.rollout.agent.*", "the agent loop: each prompt here is one single-turn rollout"),
+    _no("actor_rollout_ref.rollout.multi_turn.*", "multi-turn settings (multi_turn.enable=false)"),
+    _no("actor_rollout_ref.rollout.mode", "verl's sync / async rollout server mode: " + SERVER),
+    _no("actor_rollout_ref.rollout.nnodes", SERVER),
+    _no(
+        "actor_rollout_ref.rollout.dtype",
+        "the engines here generate in the actor's dtype (model.torch_dtype)",
+    ),
+    _no("actor_rollout_ref.rollout.logprobs_mode", "the fast engine returns the log-probs it sampled from"),
+    _no("actor_rollout_ref.rollout.layered_summon", "LoRA weight sync to an inference server: " + SERVER),
+    _no("actor_rollout_ref.rollout.load_format", "how an inference server loads weights: " + SERVER),
+    _no("actor_rollout_ref.rollout.update_weights_bucket_megabytes", SERVER),
+    _no("actor_rollout_ref.rollout.checkpoint_engine.*", SERVER),
+    _no("actor_rollout_ref.rollout.skip*", "rollout replay settings (skip.enable=false)"),
+    _no("actor_rollout_ref.rollout.trace.*", "rollout tracing to an external service: " + LOGGING),
+    _no("actor_rollout_ref.rollout.prometheus.*", "Prometheus metrics of an inference server: " + SERVER),
+    _no(
+        "actor_rollout_ref.rollout.moe_load_balance_metrics_interval", "MoE load-balance metrics: " + LOGGING
+    ),
+    _no("actor_rollout_ref.rollout.disaggregation.*", SERVER),
+    _no("actor_rollout_ref.rollout.engine_kwargs*", SERVER),
+    _no("actor_rollout_ref.rollout.*", SERVER),
+    _no("algorithm.rollout_correction.*", ROLLOUT_CORRECTION),
+    _no("algorithm.rollout_is*", ROLLOUT_CORRECTION),
+    _no("algorithm.pf_ppo.*", "PF-PPO settings (use_pf_ppo=false)"),
+    _no(
+        "algorithm.filter_groups.max_inflight_gen_batches",
+        "generation batches run one after another here; the result is the same",
+    ),
+    _no(
+        "data.gen_batch_size",
+        "DAPO's generation batch: here each generation batch is data.train_batch_size prompts",
+    ),
+    _no(
+        "data.return_raw_chat",
+        "the raw chat is kept for verl's agent loop and reward models; not needed here",
+    ),
+    _no("data.return_raw_input_ids", "the raw prompt ids are kept for verl's reward models; not needed here"),
+    _no("data.return_full_prompt", "the full prompt text is kept for verl's reward models; not needed here"),
+    _no("data.return_multi_modal_inputs", MEDIA),
+    _no("data.image_key", MEDIA),
+    _no("data.video_key", MEDIA),
+    _no("data.audio_key", MEDIA),
+    _no("data.image_patch_size", MEDIA),
+    _no("data.mm_processor_kwargs*", MEDIA),
+    _no("data.dataloader_num_workers", LOADER),
+    _no("data.filter_overlong_prompts_workers", LOADER),
+    _no("data.trust_remote_code", "a data processor's remote code: prompts here use the policy's tokenizer"),
+    _no("data.validation_shuffle", "the validation set is read in order here"),
+    _no("data.tool_config_path", "tool definitions for multi-turn rollouts (not built here)"),
+    _no("data.function_tool_path", "tool definitions for multi-turn rollouts (not built here)"),
+    _no("data.custom_cls.*", "dataset class settings (custom_cls.path=null)"),
+    _no("data.sampler.*", "sampler class settings (sampler.class_path=null)"),
+    _no("data.datagen.*", "data generator settings (datagen.path=null)"),
+    _no("data.continuous_token.*", "continuous-token settings (continuous_token.enable=false)"),
+    _no("reward_model.reward_kwargs*", "keyword arguments of verl's reward manager classes"),
+    _no("reward.reward_kwargs*", "keyword arguments of verl's reward manager classes"),
+    _no("reward_model.*", REWARD_MODEL),
+    _no("reward.reward_model.*", REWARD_MODEL),
+    _no("reward.reward_manager.module.*", "reward manager module settings (module.path=null)"),
+    _no("reward_manager.module.*", "reward manager module settings (module.path=null)"),
+    _no("*sandbox_fusion.*", "the sandbox service verl's code scorers call: code tasks are not built here"),
+    _no("distillation.*", "distillation settings (distillation.enabled=false)"),
+    _no("transfer_queue.*", "TransferQueue settings (transfer_queue.enable=false)"),
+    _no("skip.*", "rollout replay settings (skip.*.enable=false)"),
+    _no("ray_kwargs*", RAY),
+    _no("ray_init.*", RAY),
+    _no("trainer.log_val_generations", LOGGING + " (reward_model.num_examine prints samples per batch)"),
+    _no("trainer.rollout_data_dir", LOGGING),
+    _no("trainer.validation_data_dir", LOGGING),
+    _no("trainer.esi_redundant_time", "a margin before a cloud job's expiry, for verl's checkpointing"),
+    _no(
+        "trainer.del_local_ckpt_after_load", "checkpoints here are never deleted except by max_*_ckpt_to_keep"
+    ),
+    _no("trainer.ray_wait_register_center_timeout", RAY),
+    _no("trainer.use_legacy_worker_impl", "selects between verl's worker implementations; there is one here"),
+    _no("trainer.use_v1", "selects between verl's trainer implementations; there is one here"),
+    _no("trainer.v1.*", ASYNC),
+)
+
+# verl keys whose value is a free-form mapping: any key below them is verl's (read by code verl calls).
+FREE_FORM = (
+    "*.engine_kwargs",
+    "*.override_config",
+    "*.override_optimizer_config",
+    "*reward_kwargs",
+    "ray_kwargs",
+    "ray_init",
+    "data.mm_processor_kwargs",
+    "trainer.v1.sync",
+    "*.checkpoint_engine.engine_kwargs",
+)
+
+
+HYDRA_GROUPS = {"sft_trainer": ("engine",)}
+"""Hydra config groups verl's scripts select by name (``engine=fsdp``): keys with a name for a value"""
+
+
+SFT_ONE_PASS = (
+    "micro-batching of verl's GPU workers: each optimizer step here runs data.train_batch_size sequences in one "
+    "pass (the same gradient)"
+)
+SFT_SAVE = "verl sft here saves the fine-tuned model once, at the end (a plain HuggingFace directory)"
+
+# verl's SFT keys (fsdp_sft_trainer until v0.7, the engine-based sft_trainer since), read by `verl sft`.
+SFT_RULES: tuple[Rule, ...] = (
+    _rename("model.partial_pretrain", "model.path", deprecated=True),
+    _rename("optim.clip_grad", "optim.grad_clip"),
+    _rename("optim.warmup_steps_ratio", "optim.lr_warmup_steps_ratio", deprecated=True),
+    _rename("optim.lr_scheduler", "optim.lr_scheduler_type", deprecated=True),
+    _rename("optim.warmup_style", "optim.lr_scheduler_type", deprecated=True),
+    _deferred("data.prompt_dict_keys", "fields inside data.prompt_key: here prompt_key=<column>.<field>"),
+    _deferred(
+        "data.response_dict_keys", "fields inside data.response_key: here response_key=<column>.<field>"
+    ),
+    _deferred("data.multiturn.enable", "multi-turn rows: here data.messages_key=<column>"),
+    _deferred("data.multiturn.messages_key", "multi-turn rows: here data.messages_key=<column>"),
+    _only("engine", ("fsdp", "fsdp2", "dp"), "the training engine here is one process (no Megatron)"),
+    _only("model.strategy", ("fsdp", "fsdp2", "dp"), "the training engine here is one process (no Megatron)"),
+    _only("data.custom_cls.path", (None,), "a dataset class imported from a file is not built here"),
+    _only(
+        "data.chat_template", (None,), "a custom chat template: put it in the tokenizer_config.json instead"
+    ),
+    _only("model.custom_chat_template", (None,), "a custom chat template: put it in tokenizer_config.json"),
+    _only("model.hf_config_path", (None,), "the HuggingFace config is read from the model directory here"),
+    _only("model.lora_adapter_path", (None,), "starting from a saved LoRA adapter is not built here"),
+    _only("model.override_config", ({}, None), "config overrides are not built for verl sft here"),
+    _only("model.lora.rank", (0,), "Megatron's LoRA keys: LoRA here is model.lora_rank"),
+    _only("model.mtp.enable", (False,), "multi-token prediction is not built here"),
+    _only("optim.optimizer", ("AdamW",), "the optimizer here is torch's AdamW"),
+    _only("optim.optimizer_impl", ("torch.optim",), "the optimizer here is torch.optim.AdamW"),
+    _only("optim.override_optimizer_config", (None, {}), "optimizer overrides are not built here"),
+    _only("optim.num_cycles", (0.5,), "the cosine schedule here is a half cycle (verl's default 0.5)"),
+    _only("trainer.default_hdfs_dir", (None,), "copying checkpoints to HDFS is not built here"),
+    _only("trainer.resume_from_path", (None,), "resuming an SFT run is not built here; a run starts afresh"),
+    _only("trainer.resume_path", (None,), "resuming an SFT run is not built here; a run starts afresh"),
+    _no(
+        "trainer.resume_mode",
+        "resuming an SFT run is not built here: a run starts afresh, into an empty directory",
+    ),
+    _no("*._target_", TARGET),
+    _no("data.micro_batch_size*", SFT_ONE_PASS),
+    _no("data.max_token_len_per_gpu", SFT_ONE_PASS),
+    _no("data.use_dynamic_bsz", SFT_ONE_PASS),
+    _no("data.pad_mode", "sequences are right-padded to the longest in the batch here"),
+    _no("data.balance_dp_token", "one process: nothing to balance"),
+    _no("data.num_workers", LOADER),
+    _no("data.use_shm", LOADER),
+    _no("data.custom_cls.*", "dataset class settings (custom_cls.path=null)"),
+    _no("data.multiturn.*", "multi-turn settings (multiturn.enable=false)"),
+    _no("data.tools_key", "tool schemas in the chat template: the messages are rendered without tools here"),
+    _no("data.enable_thinking_*", "a per-row enable_thinking: use data.apply_chat_template_kwargs here"),
+    _no("data.ignore_input_ids_mismatch", "a template that does not render incrementally is a bad row here"),
+    _no("data.val_max_samples", "verl sft here has no validation pass"),
+    _no("model.fsdp_config.*", FSDP),
+    _no("engine.*", FSDP),
+    _no("model.enable_gradient_checkpointing", KERNELS),
+    _no("model.enable_activation_offload", KERNELS),
+    _no("model.use_liger", KERNELS),
+    _no("model.use_fused_kernels", KERNELS),
+    _no("model.fused_kernel_options.*", KERNELS),
+    _no("model.tiled_mlp.*", KERNELS),
+    _no("model.use_remove_padding", KERNELS),
+    _no("use_remove_padding", KERNELS),
+    _no("ulysses_sequence_parallel_size", ULYSSES),
+    _no("model.use_shm", LOADER),
+    _no(
+        "model.external_lib", "a module verl imports to register custom models; import it from your own code"
+    ),
+    _no("model.mtp.*", "multi-token-prediction settings (mtp.enable=false)"),
+    _no("model.lora.*", "Megatron's LoRA settings (lora.rank=0)"),
+    _no(
+        "optim.total_training_steps",
+        "filled in by verl's trainer; the schedule here runs over the run's steps",
+    ),
+    _no("optim.zero_indexed_step", "the schedule here counts optimizer steps from 0 (verl's default)"),
+    _no("*profiler*", PROFILER),
+    _no("trainer.profile_interval", PROFILER),
+    _no("checkpoint.*", SFT_SAVE),
+    _no("trainer.checkpoint.*", SFT_SAVE),
+    _no("trainer.save_freq", SFT_SAVE),
+    _no("trainer.max_ckpt_to_keep", SFT_SAVE),
+    _no("trainer.device", "verl sft runs on the CPU here"),
+    _no("trainer.nnodes", "verl sft trains in one process here; data.train_batch_size is global, as in verl"),
+    _no(
+        "trainer.n_gpus_per_node",
+        "verl sft trains in one process here; data.train_batch_size is global, as in verl",
+    ),
+    _no("trainer.balance_batch", "one process: nothing to balance"),
+)
+"""verl's SFT keys (``verl_keys/sft_trainer.json``) as ``verl sft`` reads them"""
