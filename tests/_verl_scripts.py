@@ -20,15 +20,17 @@ PATHS = {
     "critic.model.path": "{tmp}/model",
     "model.path": "{tmp}/model",
     "model.partial_pretrain": "{tmp}/model",
-    "trainer.default_local_dir": "{tmp}/out",
+    "trainer.default_local_dir": "{out}",
 }
 
 
-def script_argv(name: str, tmp: Path) -> list[str]:
-    """The script's overrides with the model, data and output paths replaced."""
-    out = []
+def script_argv(name: str, tmp: Path, out: Path | None = None) -> list[str]:
+    """The script's overrides with the model and data paths under ``tmp`` and the output directory ``out``
+    (default ``tmp/out``)."""
+    where = {"tmp": tmp, "out": out or tmp / "out"}
+    argv = []
     for arg in json.loads((SCRIPTS / f"{name}.json").read_text())["argv"]:
         prefix = arg[: len(arg) - len(arg.lstrip("+~"))]
         key = arg.lstrip("+~").split("=")[0]
-        out.append(f"{prefix}{key}={PATHS[key].format(tmp=tmp)}" if key in PATHS else arg)
-    return out
+        argv.append(f"{prefix}{key}={PATHS[key].format(**where)}" if key in PATHS else arg)
+    return argv

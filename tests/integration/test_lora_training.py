@@ -10,6 +10,7 @@ import socket
 import pytest
 import torch
 import torch.multiprocessing as mp
+from _small_run import small_run
 from _weights import assert_same_adam_update
 from omegaconf import OmegaConf
 from transformers import AutoModelForCausalLM
@@ -32,16 +33,10 @@ RANK, ALPHA, STEPS = 8, 16, 3
 
 
 def lora_config(model_dir, files, out_dir, *extra):
-    train, test = files
     return load_config(
         "grpo",
         [
-            f"data.train_files={train}",
-            f"data.val_files={test}",
-            "data.train_batch_size=4",
-            "data.val_max_samples=8",
-            "data.max_response_length=6",
-            f"actor_rollout_ref.model.path={model_dir}",
+            *small_run(model_dir, files),
             f"actor_rollout_ref.model.lora_rank={RANK}",
             f"actor_rollout_ref.model.lora_alpha={ALPHA}",
             "actor_rollout_ref.actor.ppo_mini_batch_size=2",  # 2 optimizer steps: old log-probs

@@ -12,6 +12,7 @@ import time
 
 import pytest
 import torch
+from _small_run import small_run
 
 from verl.models import load_tokenizer
 from verl.trainer.checkpointing import CRASH_ENV, export_hf
@@ -30,14 +31,8 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 
 
 def overrides(model_dir, files, out_dir, reward_path, *extra):
-    train, test = files
     return [
-        f"data.train_files={train}",
-        f"data.val_files={test}",
-        "data.train_batch_size=4",
-        "data.val_max_samples=8",
-        "data.max_response_length=6",
-        f"actor_rollout_ref.model.path={model_dir}",
+        *small_run(model_dir, files),
         "actor_rollout_ref.actor.ppo_mini_batch_size=2",  # 2 optimizer steps: old log-probs, shuffling
         "actor_rollout_ref.actor.use_kl_loss=true",
         "actor_rollout_ref.actor.optim.lr=1e-3",

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _small_run import small_run
 
 from verl.cli import main
 from verl.trainer.run_dir import LOCK_FILE
@@ -21,14 +22,8 @@ pytestmark = pytest.mark.slow
 
 
 def run_args(model_dir, files, out_dir, *extra: str) -> list[str]:
-    train, test = files
     return [
-        f"data.train_files={train}",
-        f"data.val_files={test}",
-        "data.train_batch_size=4",
-        "data.val_max_samples=8",
-        "data.max_response_length=6",
-        f"actor_rollout_ref.model.path={model_dir}",
+        *small_run(model_dir, files),
         "actor_rollout_ref.actor.ppo_mini_batch_size=4",
         "actor_rollout_ref.rollout.n=4",
         "trainer.total_training_steps=3",

@@ -54,16 +54,25 @@ def quickstart_dir(tmp_path_factory) -> Path:
     return root
 
 
-def test_verl_quickstart_command_trains_two_steps(quickstart_dir: Path, tmp_path: Path) -> None:
-    argv = [*script_argv("quickstart", quickstart_dir), "trainer.total_training_steps=2"]
+def launch(module: str, argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """``python -m <module> <argv>`` as verl's scripts run it, in ``cwd``; it must succeed."""
+    import os
+
     run = subprocess.run(
-        [sys.executable, "-m", "verl.trainer.main_ppo", *argv],
-        cwd=tmp_path,
+        [sys.executable, "-m", module, *argv],
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=600,
+        env={**os.environ, "WANDB_MODE": "offline", **env},  # wandb, if installed, never asks for a login
     )
     assert run.returncode == 0, run.stderr[-3000:]
+    return run
+
+
+def test_verl_quickstart_command_trains_two_steps(quickstart_dir: Path, tmp_path: Path) -> None:
+    argv = [*script_argv("quickstart", quickstart_dir), "trainer.total_training_steps=2"]
+    run = launch("verl.trainer.main_ppo", argv, tmp_path)
     # verl's names for what cannot run as asked here are reported once, before training
     assert run.stderr.count("verl settings read with a difference here:") == 1
     assert (
@@ -90,31 +99,14 @@ def test_verl_quickstart_command_trains_two_steps(quickstart_dir: Path, tmp_path
 def test_verl_sft_script_under_torchrun_env_trains(quickstart_dir: Path, tmp_path: Path) -> None:
     """verl 0.5's GSM8K SFT script (fsdp_sft_trainer, prompt from extra_info.question via prompt_dict_keys) on
     the same files; as torchrun's rank 0 of 2 (rank 1 exits at once)."""
-    import os
-
     from transformers import AutoModelForCausalLM
 
-    argv = [*script_argv("v05_sft_gemma", tmp_path), "trainer.total_training_steps=3"]
-    argv = [
-        a.replace(f"{tmp_path}/data", f"{quickstart_dir}/data").replace(
-            f"{tmp_path}/model", f"{quickstart_dir}/model"
-        )
-        for a in argv
-    ]
-    env = {**os.environ, "WORLD_SIZE": "2", "WANDB_MODE": "offline"}  # in case wandb is installed
+    out = tmp_path / "out"
+    argv = [*script_argv("v05_sft_gemma", quickstart_dir, out), "trainer.total_training_steps=3"]
     for rank in ("1", "0"):
-        run = subprocess.run(
-            [sys.executable, "-m", "verl.trainer.fsdp_sft_trainer", *argv],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={**env, "RANK": rank},
-        )
-        assert run.returncode == 0, run.stderr[-3000:]
+        run = launch("verl.trainer.fsdp_sft_trainer", argv, tmp_path, WORLD_SIZE="2", RANK=rank)
     assert "read as data.prompt_key=extra_info.question" in run.stderr
     assert "wandb is not installed here" in run.stderr or "wandb" not in run.stderr
-    out = tmp_path / "out"
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3]
     AutoModelForCausalLM.from_pretrained(out)  # a plain HuggingFace directory
