@@ -255,11 +255,15 @@ class Fixtures:
         shutil.copytree(self.checkpoint_run(), dest, ignore=shutil.ignore_patterns("*.lock", "*lock*"))
         return dest
 
-    def copy_model(self, dest: Path, drop: Sequence[str] = ()) -> Path:
-        # The cached model is built by the default recipe's first run: the checkpoint fixture's run builds it
-        # (a case copying it may start before any run has, e.g. on a fresh machine).
+    def ensure_model(self) -> str:
+        """The cached model's path, built first if need be: the default recipe's first run builds it (the
+        checkpoint fixture's run), and a case naming or copying it may start before any run has, e.g. on a
+        fresh machine or after a change to what the cache key covers."""
         self.checkpoint_run()
-        shutil.copytree(self.model, dest)
+        return self.model
+
+    def copy_model(self, dest: Path, drop: Sequence[str] = ()) -> Path:
+        shutil.copytree(self.ensure_model(), dest)
         for name in drop:
             (dest / name).unlink()
         return dest
@@ -294,7 +298,7 @@ def substitute(text: str, ctx: Ctx) -> str:
     fx = ctx.fixtures
     values = {
         "{tmp}": str(ctx.tmp),
-        "{model}": fx.model,
+        "{model}": fx.ensure_model() if "{model}" in text else fx.model,
         "{train}": fx.train,
         "{val}": fx.val,
         "{cache}": fx.cache,

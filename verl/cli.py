@@ -42,8 +42,11 @@ def _headline_line(key: str, before: float | None, after: float | None) -> str:
 
 def _config_source(args: argparse.Namespace) -> str | None:
     """``--config`` or verl's Hydra pair ``--config-path DIR --config-name NAME`` (a file ``DIR/NAME.yaml``;
-    a name alone is one of our recipes: ``ppo_trainer`` holds verl's defaults)."""
+    a name alone is one of our recipes: ``ppo_trainer`` holds verl's defaults). verl's scripts pass
+    ``--config-path=config``, which Hydra reads next to verl's own module: a relative directory that is not
+    here falls back to the recipes of that name."""
     from verl.config import ConfigError
+    from verl.config.loader import list_recipes
 
     path, name = getattr(args, "config_path", None), getattr(args, "config_name", None)
     if path is None and name is None:
@@ -53,14 +56,15 @@ def _config_source(args: argparse.Namespace) -> str | None:
     if name is None:
         raise ConfigError(f"--config-path {path} needs --config-name (the YAML file in it, e.g. ppo_trainer)")
     stem = name[: -len(".yaml")] if name.endswith(".yaml") else name
-    if path is None:
-        if "megatron" in stem:
-            raise ConfigError(f"--config-name {name}: Megatron training is not built here; use ppo_trainer")
-        return stem
-    file = os.path.join(os.path.expanduser(path), f"{stem}.yaml")
-    if not os.path.isfile(file):
-        raise ConfigError(f"--config-path {path} --config-name {name}: no file {file}")
-    return file
+    if "megatron" in stem:
+        raise ConfigError(f"--config-name {name}: Megatron training is not built here; use ppo_trainer")
+    if path is not None:
+        file = os.path.join(os.path.expanduser(path), f"{stem}.yaml")
+        if os.path.isfile(file):
+            return file
+        if os.path.isabs(os.path.expanduser(path)) or stem not in list_recipes():
+            raise ConfigError(f"--config-path {path} --config-name {name}: no file {file}")
+    return stem
 
 
 def _print_config(config, plan_lines: list[str]) -> None:
@@ -202,7 +206,7 @@ def _add_verl_flags(parser: argparse.ArgumentParser) -> None:
         help="print the resolved config (with the artifacts built for it, and how verl's keys were read) and exit",
     )
     parser.add_argument(
-        "--cfg", dest="print_config", choices=["job", "all"], help="Hydra's form of --print-config"
+        "--cfg", "-c", dest="print_config", choices=["job", "all"], help="Hydra's form of --print-config"
     )
     parser.add_argument("--config-path", "-cp", default=None, help="verl/Hydra: directory of the config file")
     parser.add_argument(
@@ -329,11 +333,27 @@ def _on_sigint(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+HYDRA_ONLY_FLAGS = {
+    "--multirun": "Hydra's multirun sweeps (-m/--multirun) start many runs; start one run per setting instead",
+    "-m": "Hydra's multirun sweeps (-m/--multirun) start many runs; start one run per setting instead",
+    "--config-dir": "--config-dir adds a config search path; give the file with --config-path and --config-name",
+    "-cd": "--config-dir adds a config search path; give the file with --config-path and --config-name",
+    "--info": "Hydra's --info is not available; --print-config shows the resolved config",
+    "--run": "Hydra's --run is implied",
+    "--hydra-help": "Hydra's help is not available: --help lists the options, docs/verl_compat.md every key",
+}
+"""Hydra's flags that have no counterpart here, with what to do instead"""
+
+
 def run_verl_command(command: str, verl_config: str, argv: list[str]) -> int:
     """verl's ``python -m verl.trainer.<entry>`` command line as ``verl <command>``: Hydra's flags and overrides
     as they are, with the recipe of verl's defaults (``verl_config``) unless the command line names a config."""
     if argv and argv[0] in ("-h", "--help"):
         return main([command, "--help"])
+    for arg in argv:
+        if arg.split("=")[0] in HYDRA_ONLY_FLAGS:
+            print(f"config error: {HYDRA_ONLY_FLAGS[arg.split('=')[0]]}", file=sys.stderr)
+            return 2
     has_config = any(arg.split("=")[0] in ("--config-name", "-cn", "--config") for arg in argv)
     return main([command, *([] if has_config else ["--config-name", verl_config]), *argv])
 
@@ -341,7 +361,13 @@ def run_verl_command(command: str, verl_config: str, argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run a subcommand; a user error prints one line and returns its exit code (see :mod:`verl.errors`)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # verl's scripts end with "$@", so Hydra's flags may come between overrides: argparse takes the overrides
+    # before the first flag as the positional list and leaves the later ones over.
+    args, extra = parser.parse_known_args(argv)
+    if extra and (not hasattr(args, "overrides") or any(arg.startswith("-") for arg in extra)):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:
+        args.overrides = [*args.overrides, *extra]
     if not getattr(args, "command", None):
         parser.print_help()
         return 0
@@ -381,6 +407,9 @@ def main(argv: list[str] | None = None) -> int:
     except Terminated:
         print(f"terminated (SIGTERM): {resume_hint}", file=sys.stderr)
         return 143
+    except BrokenPipeError:  # `verl run --print-config | head`: the reader left; nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     finally:
         if in_main_thread and _on_sigint.pressed:  # type: ignore[attr-defined]
             # Interrupted and cleaned up: a second Ctrl-C while the interpreter shuts down would otherwise

@@ -244,6 +244,27 @@ def test_chat_template_kwargs_reach_the_template(tmp_path, kwarg_tokenizer):
     assert targets(tok, ids, mask) == ["42<|im_end|>"]
 
 
+def test_a_rows_tools_and_enable_thinking_reach_the_template(tmp_path, kwarg_tokenizer):
+    """verl's multi-turn rows carry their tool schemas and their own enable_thinking (data.tools_key,
+    data.enable_thinking_key): the template sees them, row by row."""
+    tok = copy.deepcopy(kwarg_tokenizer)
+    tok.chat_template = (
+        "{% if tools %}<|im_start|>system\ntools: {{ tools | length }}<|im_end|>\n{% endif %}"
+        + (tok.chat_template)
+    )
+    rows = [
+        {"messages": CHAT[1:3], "tools": [{"name": "calc"}, {"name": "web"}], "enable_thinking": False},
+        {"messages": CHAT[1:3]},
+    ]
+    data = SFTDataset(write_jsonl(tmp_path / "c.jsonl", rows), tok, messages_key="messages")
+    first, second = (tok.decode(data[i]["input_ids"]) for i in range(2))
+    assert first.startswith("<|im_start|>system\ntools: 2") and "assistant\nnothink 42" in first
+    assert "tools:" not in second and "nothink" not in second
+    assert item_targets(tok, data[0]) == ["42<|im_end|>"]
+    off = SFTDataset(write_jsonl(tmp_path / "c.jsonl", rows), tok, messages_key="messages", tools_key=None)
+    assert "tools:" not in tok.decode(off[0]["input_ids"])
+
+
 # ------------------------------------------------------------------------------------------------ config
 def test_config_keys(tmp_path):
     cfg = load_config(

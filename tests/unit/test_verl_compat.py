@@ -6,7 +6,7 @@ import pytest
 
 from verl.config import ConfigError, TrainerConfig, load_config
 from verl.config.loader import schema_fields
-from verl.config.overrides import parse_override, split_command_line
+from verl.config.overrides import parse_override
 from verl.config.verl_compat import notices, rule_for, verl_keys
 from verl.config.verl_rules import PPO_RULES
 
@@ -36,10 +36,25 @@ def test_every_rule_is_used_by_a_verl_key_or_a_plus_key() -> None:
         "reward.reward_kwargs.max_resp_len",
         "reward_model.reward_kwargs.other",
         "reward.reward_kwargs.other",
+        "model_engine",  # a Hydra group verl's scripts select by name
+        "hydra.run.dir",
     ]
     ours = schema_fields(TrainerConfig)
     used = {rule_for(k).pattern for k in [*verl_keys("ppo_trainer"), *plus_keys] if k not in ours}
     assert [r.pattern for r in PPO_RULES if r.pattern not in used] == []
+
+
+def test_every_sft_key_is_ours_or_has_a_rule_and_every_rule_is_used() -> None:
+    from verl.config.sft_schema import SFTConfig
+    from verl.config.verl_rules import SFT_RULES
+
+    ours = schema_fields(SFTConfig)
+    keys = [k for k in verl_keys("sft_trainer") if k not in ours]
+    assert [k for k in keys if rule_for(k, SFT_RULES) is None] == []
+    used = {
+        rule_for(k, SFT_RULES).pattern for k in [*keys, "engine", "model", "optim", "profiler", "hydra.run"]
+    }
+    assert [r.pattern for r in SFT_RULES if r.pattern not in used] == []
 
 
 def test_rename_targets_are_our_keys() -> None:
@@ -66,6 +81,16 @@ def test_rename_targets_are_our_keys() -> None:
         ("a.b=True", "set", "a.b", True),
         ("a.b=uv -v run --frozen", "set", "a.b", "uv -v run --frozen"),
         ("a-b.c_d=http://h:1/x?y=2", "set", "a-b.c_d", "http://h:1/x?y=2"),
+        # Hydra's grammar, not YAML 1.1's: these stay strings
+        ("a=yes", "set", "a", "yes"),
+        ("a=on", "set", "a", "on"),
+        ("a=010", "set", "a", "010"),
+        ("a=1:30", "set", "a", "1:30"),
+        ("a=x #y", "set", "a", "x #y"),
+        ("a=1_000", "set", "a", 1000),
+        ("a=.5", "set", "a", 0.5),
+        ("a=FALSE", "set", "a", False),
+        ("a=${b.c}", "set", "a", "${b.c}"),
     ],
 )
 def test_parse_override(text: str, op: str, key: str, value: object) -> None:
@@ -79,23 +104,21 @@ def test_malformed_overrides_name_themselves(text: str) -> None:
         parse_override(text)
 
 
-def test_split_command_line_reads_hydras_flags() -> None:
-    line = split_command_line(["--config-path=conf", "-cn", "my", "--cfg", "job", "a=1", "~b"])
-    assert (line.config_path, line.config_name, line.print_config) == ("conf", "my", True)
-    assert line.overrides == ["a=1", "~b"]
-    with pytest.raises(ConfigError, match="multirun"):
-        split_command_line(["-m", "a=1,2"])
-
-
 def test_plus_and_delete_on_our_keys() -> None:
     cfg = ppo(
         "+trainer.total_training_steps=3", "++data.train_batch_size=512", "trainer.logger=[console,wandb]"
     )
     assert (cfg.trainer.total_training_steps, cfg.data.train_batch_size) == (3, 512)
-    # ~key: back to the schema default (the recipe's value is dropped too)
-    cfg = ppo("trainer.total_training_steps=3", "~trainer.total_training_steps", "~trainer.project_name")
+    # ~key: back to the entry point's default (verl's, under main_ppo), before any override
+    cfg = ppo("trainer.total_training_steps=3", "~trainer.total_training_steps")
     assert cfg.trainer.total_training_steps is None
-    assert cfg.trainer.project_name == "verl"
+    cfg = ppo(
+        "algorithm.adv_estimator=grpo",
+        "~algorithm.adv_estimator",
+        "trainer.project_name=p",
+        "~trainer.project_name",
+    )
+    assert (cfg.algorithm.adv_estimator, cfg.trainer.project_name) == ("gae", "verl_examples")
     assert ppo("data.train_batch_size=512", "~data.train_batch_size=512").data.train_batch_size == 1024
     with pytest.raises(ConfigError, match="data.train_batch_size is 1024, not 512"):
         ppo("~data.train_batch_size=512")
@@ -182,8 +205,15 @@ def test_old_global_micro_batch_sizes_are_divided_by_the_ranks() -> None:
     assert cfg.critic.ppo_micro_batch_size_per_gpu == 4
     with pytest.raises(ConfigError, match="both set"):
         ppo(f"{ARR}.actor.ppo_micro_batch_size=32", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4")
-    with pytest.raises(ConfigError, match="multiple of the 8 ranks"):
-        ppo(f"{ARR}.actor.ppo_micro_batch_size=12")
+    # floored as verl does (12 // 8); fewer samples than ranks is refused, as verl refuses it
+    assert ppo(f"{ARR}.actor.ppo_micro_batch_size=12")[ARR].actor.ppo_micro_batch_size_per_gpu == 1
+    with pytest.raises(ConfigError, match="divided over the 8 ranks .* must be an integer >= 8"):
+        ppo(f"{ARR}.actor.ppo_micro_batch_size=4")
+    # with Ulysses sequence parallelism verl divides by the data-parallel groups: 8 ranks // 2
+    cfg = ppo(f"{ARR}.actor.ppo_micro_batch_size=4", f"{ARR}.actor.ulysses_sequence_parallel_size=2")
+    assert cfg[ARR].actor.ppo_micro_batch_size_per_gpu == 1
+    with pytest.raises(ConfigError, match="trainer.n_gpus_per_node must be an integer >= 1; got 0"):
+        ppo("trainer.n_gpus_per_node=0", f"{ARR}.actor.ppo_micro_batch_size=8")
 
 
 def test_resume_from_path() -> None:
@@ -279,3 +309,95 @@ def test_docs_verl_compat_is_generated_from_the_code() -> None:
 
     doc = Path(__file__).resolve().parents[2] / "docs" / "verl_compat.md"
     assert doc.read_text() == render(), "run: python scripts/gen_verl_compat_doc.py"
+
+
+@pytest.mark.parametrize("config", ["ppo_trainer", "sft_trainer"])
+def test_verls_whole_config_file_loads(config: str, tmp_path) -> None:
+    """A user's copy of verl's whole generated config (every key at verl's newest default, interpolations and
+    nulls included), extended the Hydra way, loads: each key works, is read onto ours, or has no effect."""
+    import yaml
+
+    from verl.config.overrides import nest
+    from verl.config.sft_schema import SFTConfig
+    from verl.trainer.sft_entry import run_verl_sft
+
+    tree: dict = {}
+    for key, entry in verl_keys(config).items():
+        if entry["until"] is None:
+            node, value = tree, nest(key, entry["default"])
+            while isinstance(value, dict) and len(value) == 1 and next(iter(value)) in node:
+                name = next(iter(value))
+                node, value = node[name], value[name]
+            node.update(value)
+    tree["hydra"] = {"run": {"dir": "outputs/${now:%Y-%m-%d}"}}
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump(tree))
+    paths = ["data.train_files=/d/train.parquet", "+data.val_files=null"]
+    if config == "ppo_trainer":
+        cfg = load_config(
+            str(tmp_path / "mine.yaml"), [*paths, f"{ARR}.model.path=/m", f"{ARR}.rollout.name=vllm"]
+        )
+        assert cfg.algorithm.adv_estimator == "gae" and cfg.trainer.n_gpus_per_node == 1
+        assert (
+            "hydra.run.dir" not in cfg.compat.no_effect
+        )  # an interpolation: verl deriving it, not a setting
+    else:
+        cfg = load_config(str(tmp_path / "mine.yaml"), [*paths, "model.path=/m"], schema=SFTConfig)
+        assert cfg.data.messages_key == "messages"
+        rc = run_verl_sft(
+            [
+                "--config-path",
+                str(tmp_path),
+                "--config-name",
+                "mine",
+                "--print-config",
+                *paths,
+                "model.path=/m",
+            ],
+            "sft_trainer",
+        )
+        assert rc == 0
+
+
+def test_interpolations_in_verl_keys_are_verl_deriving_them_and_are_not_recorded(tmp_path) -> None:
+    import yaml
+
+    from verl.config.loader import to_yaml
+    from verl.trainer.resume_check import config_changes
+
+    load = f"+{ARR}.actor.checkpoint.load_contents=${{{ARR}.actor.checkpoint.save_contents}}"
+    engine = f"+{ARR}.rollout.engine_kwargs.vllm.opts={{a: '${{oc.env:HOME}}', b: 1}}"
+    cfg = ppo(load, engine)
+    assert f"{ARR}.actor.checkpoint.load_contents" not in cfg.compat.no_effect
+    # each entry of verl's mapping is a key of its own; the interpolated one is verl deriving it
+    assert dict(cfg.compat.no_effect) == {f"{ARR}.rollout.engine_kwargs.vllm.opts.b": 1}
+    assert any("engine_kwargs.vllm.opts.b=1" in line for line in notices(cfg))
+    # inside a list, an interpolation is recorded as text that is never resolved
+    cfg = ppo(f"+{ARR}.rollout.engine_kwargs.vllm.args=[--x, '${{oc.env:HOME}}']")
+    assert dict(cfg.compat.no_effect) == {f"{ARR}.rollout.engine_kwargs.vllm.args": ["--x", "$(oc.env:HOME)"]}
+    saved = yaml.safe_load(to_yaml(cfg))  # as saved with a checkpoint, and read back on resume
+    assert config_changes(saved, cfg) == ([], [])
+
+
+def test_a_wandb_directory_is_not_wandb(tmp_path, monkeypatch) -> None:
+    """wandb writes ./wandb/; found on sys.path it is a namespace package, not the tracker."""
+    (tmp_path / "wandb").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = ppo("trainer.logger=[console,wandb]")
+    assert list(cfg.trainer.logger) == ["console", "jsonl"]
+    assert cfg.compat.mapped["trainer.logger"] == ["console", "wandb"]
+
+
+def test_verls_command_line_flags_anywhere(capsys) -> None:
+    from verl.trainer.main_ppo import main
+
+    assert main(["trainer.total_epochs=2", "--cfg", "job", "trainer.save_freq=3"]) == 0
+    out = capsys.readouterr().out
+    assert "total_epochs: 2" in out and "save_freq: 3" in out
+    assert main(["-c", "job", "trainer.total_epochs=5"]) == 0
+    assert "total_epochs: 5" in capsys.readouterr().out
+    assert main(["-m", "trainer.seed=1,2"]) == 2
+    assert "multirun" in capsys.readouterr().err
+    # verl's scripts pass --config-path=config (a directory next to verl's module): the recipe of that name
+    assert main(["--config-path=config", "--config-name=ppo_trainer", "--cfg", "job"]) == 0
+    assert main(["--config-path=config", "--config-name=ppo_megatron_trainer", "--cfg", "job"]) == 2
+    assert "Megatron training is not built here" in capsys.readouterr().err

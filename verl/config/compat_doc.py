@@ -40,7 +40,7 @@ refused with the nearest valid key.
 
 Entry points: `python -m verl.trainer.main_ppo` (= `verl run` with verl's ppo_trainer defaults),
 `python -m verl.trainer.fsdp_sft_trainer` and `python -m verl.trainer.sft_trainer` (= `verl sft` with verl's SFT
-defaults). Command line: `key=value`, `+key=value`, `++key=value`, `~key` (back to the default here),
+defaults). Command line: `key=value`, `+key=value`, `++key=value`, `~key` (back to the entry point's default),
 `--config-path DIR --config-name NAME` (a YAML file, ours or verl's `defaults: [ppo_trainer, _self_]` form),
 `--print-config` or `--cfg job`.
 """

@@ -35,11 +35,12 @@ from verl.config.verl_compat import (
     record_compat,
     renamed,
     rule_for,
+    stops_walk,
     suggest_verl_key,
     translate_leaf,
     walk_leaves,
 )
-from verl.config.verl_rules import PPO_RULES, SFT_RULES, Rule
+from verl.config.verl_rules import HYDRA_GROUPS, PPO_RULES, SFT_RULES, Rule
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 """directory holding the built-in recipes (``<name>.yaml``)"""
@@ -376,31 +377,56 @@ def _nest_all(flat: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _translate(plain: Mapping[str, Any], schema: type, where: str, compat: dict[str, dict[str, Any]]) -> dict:
-    """Our part of a source (nested, for ``_check_keys``); verl's keys that are not ours go to ``compat``."""
+def _allows_null(field: _Field) -> bool:
+    return field.type_ is Any or type(None) in typing.get_args(field.type_)
+
+
+def _translate(
+    plain: Mapping[str, Any], schema: type, where: str, compat: dict[str, dict[str, Any]], *, explicit: bool
+) -> dict:
+    """Our part of a source (nested, for ``_check_keys``); verl's keys that are not ours go to ``compat``.
+    ``explicit``: a command-line override (else a config file, where verl writes null for "unset")."""
     which = _compat_of(schema)
     if which is None:
         return dict(plain)
     config, rules = which
     fields = schema_fields(schema)
     found = Translation(ours={}, compat={})
-    for key, value in walk_leaves(plain, lambda k: k in fields and not fields[k].section):
-        if key in fields:
+
+    def stop(key: str) -> bool:  # a value judged whole: a leaf of ours, or a verl mapping judged as one value
+        return (key in fields and not fields[key].section) or stops_walk(key, rules, config)
+
+    for key, value in walk_leaves(plain, stop):
+        if key in fields and not (key in HYDRA_GROUPS.get(config, ()) and isinstance(value, str)):
+            if value is None and not explicit and not fields[key].section and not _allows_null(fields[key]):
+                continue  # verl's files write null for "unset": the default here
             found.ours[key] = _listed_scalar(value, fields[key])
-        elif not translate_leaf(key, value, rules, config, found):
+        elif not translate_leaf(key, value, rules, config, found, explicit=explicit):
             raise _unknown_key_error(key, schema, where)
     for section, entries in found.compat.items():
         for key in entries:  # the latest source decides a key, whichever section it was in before
             for other in compat.values():
                 other.pop(key, None)
         compat.setdefault(section, {}).update(entries)
+    for key in found.ours:  # a key set here outdates a deprecated spelling an earlier source gave for it
+        for old in list(compat.get("deprecated", {})):
+            if found.renamed.get(key) != old and _renames_to(old, rules) == key:
+                del compat["deprecated"][old]
     for key in list(found.ours):
         found.ours[key] = _listed_scalar(found.ours[key], fields.get(key))
     return _nest_all(found.ours)
 
 
-def _delete(cfg: DictConfig, ov: Override, schema: type, compat: dict[str, dict[str, Any]]) -> None:
-    """``~key``: a key of ours goes back to its schema default, a verl key is forgotten."""
+def _renames_to(key: str, rules: tuple[Rule, ...]) -> str | None:
+    rule = rule_for(key, rules)
+    return renamed(key, rule) if rule is not None and rule.kind == "rename" else None
+
+
+def _delete(
+    cfg: DictConfig, ov: Override, schema: type, compat: dict[str, dict[str, Any]], defaults: DictConfig
+) -> None:
+    """``~key``: a key of ours goes back to ``defaults`` (the schema and the recipe, before any override: under
+    ``main_ppo``, verl's defaults), a verl key is forgotten."""
     fields = schema_fields(schema)
     which = _compat_of(schema)
     rule = rule_for(ov.key, which[1]) if which else None
@@ -411,8 +437,7 @@ def _delete(cfg: DictConfig, ov: Override, schema: type, compat: dict[str, dict[
             raise ConfigError(
                 f"override {ov.text!r}: {key} is {short_repr(current)}, not {short_repr(ov.value)}"
             )
-        default = OmegaConf.select(OmegaConf.structured(schema), key)
-        OmegaConf.update(cfg, key, default, merge=False)
+        OmegaConf.update(cfg, key, copy.deepcopy(OmegaConf.select(defaults, key)), merge=False)
         return
     if which is not None and is_verl_key(ov.key, which[0]):
         for entries in compat.values():
@@ -476,17 +501,18 @@ def load_config(
             _, plain = _load_yaml(path)
             for key in (BASE_KEY, *HYDRA_KEYS):
                 plain.pop(key, None)
-            ours = _translate(plain, schema, where, compat)
+            ours = _translate(plain, schema, where, compat, explicit=False)
             _check_keys(ours, schema, where)
             cfg = _merge(cfg, OmegaConf.create(ours), ours, schema, where)
 
+    defaults = copy.deepcopy(cfg)
     for text in overrides:
         ov = parse_override(text)
         where = f"override {text!r}: "
         if ov.op == "delete":
-            _delete(cfg, ov, schema, compat)
+            _delete(cfg, ov, schema, compat, defaults)
             continue
-        ours = _translate(nest(ov.key, ov.value), schema, where, compat)
+        ours = _translate(nest(ov.key, ov.value), schema, where, compat, explicit=True)
         _check_keys(ours, schema, where)
         cfg = _merge(cfg, OmegaConf.create(ours), ours, schema, where)
 

@@ -5,12 +5,15 @@ verl's launch scripts pass their settings as Hydra overrides::
     key=value       set a key
     +key=value      add a key (Hydra refuses it for a key that exists; accepted here either way)
     ++key=value     add or set
-    ~key            remove a key (here: back to the schema default); ~key=value removes it only if it has that value
+    ~key            remove a key (here: back to the entry point's default); ~key=value only if it has that value
 
-Values are YAML as OmegaConf reads them (``1e-6`` is a float, ``[a,b]`` a list, ``null`` None, ``'x'`` a
-string), as Hydra's grammar does for everything verl's scripts write; an empty value is the empty string, as in
-Hydra. Hydra's multirun sweeps (``a,b``, ``range(..)``) have no meaning in one run and are not expanded.
-(Hydra itself is not a dependency: its releases pin an older OmegaConf than this package needs.)
+Values follow Hydra's grammar: ``true`` / ``false`` (any case) are booleans, ``null`` is None, ``42`` and
+``1_000`` integers, ``1e-6``, ``.5``, ``inf`` and ``nan`` (also YAML's ``.inf``, ``.nan``) floats, ``'x'`` / ``"x"`` quoted strings, ``[a,b]`` and
+``{a: 1}`` lists and mappings (read as YAML flow collections), ``${...}`` interpolations; anything else,
+``yes``, ``on``, ``010`` and ``1:30`` included, is the string as written (YAML would read those four as
+True, True, 8 and 90). An empty value is the empty string. Hydra's multirun sweeps (``a,b``, ``range(..)``)
+have no meaning in one run and are not expanded. (Hydra itself is not a dependency: its releases pin an
+older OmegaConf than this package needs.)
 """
 
 from __future__ import annotations
@@ -48,10 +51,31 @@ class Override:
 _PREFIXES = (("++", "force_add"), ("+", "add"), ("~", "delete"))
 
 
+_INT = re.compile(r"[+-]?(0|[1-9](_?[0-9])*)")
+_FLOAT = re.compile(
+    r"[+-]?(([0-9](_?[0-9])*)?\.[0-9](_?[0-9])*([eE][+-]?[0-9]+)?|[0-9](_?[0-9])*\.([eE][+-]?[0-9]+)?"
+    r"|[0-9](_?[0-9])*[eE][+-]?[0-9]+|\.?inf|\.?nan)",
+    re.IGNORECASE,
+)
+
+
 def parse_value(text: str) -> Any:
-    """A value as OmegaConf reads it from a dotlist (YAML with OmegaConf's float rules); '' stays ''."""
+    """A value as Hydra reads it (see the module docstring); raises ConfigError for a malformed collection."""
     if text == "":
         return ""
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered == "null":
+        return None
+    if _INT.fullmatch(text):
+        return int(text)
+    if _FLOAT.fullmatch(text):
+        return float(text.lower().replace(".inf", "inf").replace(".nan", "nan"))
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    if not text.startswith(("[", "{")):
+        return text
     try:
         parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"value={text}"]), resolve=False)
         return parsed["value"]
@@ -93,66 +117,3 @@ def nest(key: str, value: Any) -> dict[str, Any]:
     for part in reversed(key.split(".")):
         node = {part: node}
     return node
-
-
-@dataclass
-class CommandLine:
-    """A verl launch command line split into Hydra's flags and the overrides."""
-
-    config_path: str | None = None
-    """--config-path / -cp: directory of the config file"""
-    config_name: str | None = None
-    """--config-name / -cn: config file name (``.yaml`` optional) or one of our recipes"""
-    print_config: bool = False
-    """--print-config, or Hydra's ``--cfg job``: print the resolved config and what each verl key does here"""
-    overrides: list[str] | None = None
-    """the overrides, as typed"""
-
-
-_VALUE_FLAGS = {
-    "--config-path": "config_path",
-    "-cp": "config_path",
-    "--config-name": "config_name",
-    "-cn": "config_name",
-}
-_UNSUPPORTED = {
-    "--multirun": "Hydra multirun sweeps (-m/--multirun) start many runs; start one run per setting instead",
-    "-m": "Hydra multirun sweeps (-m/--multirun) start many runs; start one run per setting instead",
-    "--config-dir": "--config-dir adds a config search path; give the file with --config-path and --config-name",
-    "-cd": "--config-dir adds a config search path; give the file with --config-path and --config-name",
-    "--info": "Hydra's --info is not available; --print-config shows the resolved config",
-    "--run": "Hydra's --run is implied",
-}
-
-
-def split_command_line(argv: list[str]) -> CommandLine:
-    """Separate Hydra's flags (``--config-path X``, ``--config-path=X``, ``--cfg job``) from the overrides."""
-    line = CommandLine(overrides=[])
-    assert line.overrides is not None
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        flag, eq, inline = arg.partition("=")
-        if flag in _VALUE_FLAGS:
-            if eq:
-                value = inline
-            elif i + 1 < len(argv):
-                i += 1
-                value = argv[i]
-            else:
-                raise ConfigError(f"{flag} needs a value")
-            setattr(line, _VALUE_FLAGS[flag], value)
-        elif arg in ("--print-config", "--cfg", "-c"):
-            line.print_config = True
-            if arg != "--print-config" and i + 1 < len(argv) and argv[i + 1] in ("job", "all", "hydra"):
-                i += 1
-        elif flag in _UNSUPPORTED:
-            raise ConfigError(_UNSUPPORTED[flag])
-        elif arg.startswith("-"):  # an override never starts with '-'
-            raise ConfigError(
-                f"unknown option {flag!r}; options: --config-path, --config-name, --print-config (or --cfg job)"
-            )
-        else:
-            line.overrides.append(arg)
-        i += 1
-    return line

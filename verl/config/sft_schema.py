@@ -24,6 +24,11 @@ class SFTDataConfig:
     messages_key: Optional[str] = None
     """column holding a whole chat (a list of {role, content} messages, verl's multi-turn SFT); when set,
     every assistant turn is a training target and prompt_key/response_key are not read"""
+    tools_key: Optional[str] = "tools"
+    """with messages_key: a column holding the row's tool schemas, passed to the chat template as ``tools`` (as
+    verl's multi-turn SFT does); a row without it renders without tools"""
+    enable_thinking_key: Optional[str] = "enable_thinking"
+    """with messages_key: a column holding the row's ``enable_thinking`` for the chat template, as in verl"""
     apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """extra keyword arguments for tokenizer.apply_chat_template when rendering prompts (e.g.
     enable_thinking: false), as in verl"""
@@ -51,6 +56,9 @@ class SFTModelConfig:
     """transformers attention backend: sdpa | eager | flash_attention_2"""
     trust_remote_code: bool = False
     """allow custom modelling code shipped with the checkpoint"""
+    override_config: dict[str, Any] = field(default_factory=dict)
+    """overrides applied to the HuggingFace config before the weights load (e.g. max_position_embeddings), as
+    in verl; an unknown name is an error"""
     lora_rank: int = 0
     """LoRA rank of the adapters trained instead of the full weights (peft); 0 = off, train every weight.
     The saved model has the adapters merged into its weights (a plain transformers model)"""

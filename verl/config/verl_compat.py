@@ -24,8 +24,9 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import json
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -58,13 +59,13 @@ def rule_for(key: str, rules: tuple[Rule, ...] = PPO_RULES) -> Rule | None:
 
 def is_verl_key(key: str, config: str = "ppo_trainer") -> bool:
     """A key of verl's config, or one below a free-form section of it (which verl's scripts add with ``+``)."""
-    known = verl_keys(config)
-    if key in known or key in HYDRA_GROUPS.get(config, ()) or any(_matches(key, p) for p in FREE_FORM):
+    known, free = verl_keys(config), FREE_FORM.get(config, ())
+    if key in known or key in HYDRA_GROUPS.get(config, ()) or any(_matches(key, p) for p in free):
         return True
     parts = key.split(".")
     for i in range(len(parts) - 1, 0, -1):
         prefix = ".".join(parts[:i])
-        if known.get(prefix, {}).get("default") == {} or any(_matches(prefix, p) for p in FREE_FORM):
+        if known.get(prefix, {}).get("default") == {} or any(_matches(prefix, p) for p in free):
             return True
     return False
 
@@ -114,20 +115,41 @@ class Translation:
     """dotted key of ours -> value"""
     compat: dict[str, dict[str, Any]]
     """section of the ``compat`` config (no_effect, deprecated, deferred) -> {verl key: value}"""
+    renamed: dict[str, str] = field(default_factory=dict)
+    """our key -> the verl key renamed onto it in this source"""
 
 
-def translate_leaf(key: str, value: Any, rules: tuple[Rule, ...], config: str, out: Translation) -> bool:
-    """Route one verl key; False when the key is unknown to verl too (the caller reports it)."""
+def is_interpolation(value: Any) -> bool:
+    """``${...}``: a value verl derives from other keys (its own config files are full of them)."""
+    return isinstance(value, str) and "${" in value
+
+
+def translate_leaf(
+    key: str, value: Any, rules: tuple[Rule, ...], config: str, out: Translation, *, explicit: bool = True
+) -> bool:
+    """Route one verl key; False when the key is unknown to verl too (the caller reports it).
+
+    An interpolation (``critic.strategy: ${actor_rollout_ref.actor.strategy}``) is verl deriving the key from
+    others, which are read on their own: nothing is recorded for it. From a config file (not ``explicit``), a
+    key at verl's own default is not recorded either: a copy of verl's whole config would otherwise report
+    hundreds of keys nobody set.
+    """
     if not is_verl_key(key, config):
         return False
     rule = rule_for(key, rules)
     if rule is None:
         raise ConfigError(
-            f"verl key '{key}' has no rule here (a bug in verl/config/verl_compat.py: please report it)"
+            f"verl key '{key}' has no rule here (a bug in verl/config/verl_rules.py: please report it)"
         )
+    at_default = not explicit and value == verl_keys(config).get(key, {}).get("default", object())
+    if is_interpolation(value) or (at_default and rule.kind != "rename"):
+        return True
     if rule.kind == "rename":
+        if value is None and rule.deprecated:  # verl's null for a deprecated alias: unset
+            return True
         target = renamed(key, rule)
         out.ours[target] = value
+        out.renamed[target] = key
         if rule.deprecated:
             out.compat.setdefault("deprecated", {})[key] = value
     elif rule.kind == "only":
@@ -141,8 +163,15 @@ def translate_leaf(key: str, value: Any, rules: tuple[Rule, ...], config: str, o
     return True
 
 
+def stops_walk(key: str, rules: tuple[Rule, ...], config: str) -> bool:
+    """A verl key whose value is judged whole even when it is a mapping: one accepted only at some values
+    (``override_optimizer_config: null``), which a mapping of settings must not slip past entry by entry."""
+    rule = rule_for(key, rules)
+    return rule is not None and rule.kind == "only" and key in verl_keys(config)
+
+
 def walk_leaves(node: Mapping[str, Any], is_ours: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    """Dotted (key, value) pairs of a nested mapping, down to its leaves or to a (free-form) key of ours."""
+    """Dotted (key, value) pairs of a nested mapping, down to its leaves or to a key ``is_ours`` stops at."""
     out: list[tuple[str, Any]] = []
     for raw, value in node.items():
         key = f"{prefix}{raw}"
@@ -170,32 +199,60 @@ def _ranks(cfg: Any) -> int:
     return int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
 
 
-def apply_deferred(cfg: Any, deferred: dict[str, Any]) -> dict[str, Any]:
-    """Write the deferred verl keys onto ours now that every source is merged; returns them as deprecated
-    (old global micro-batch sizes) or no-effect entries."""
+def check_ranks(cfg: Any) -> None:
+    """verl's hardware counts, checked before anything is divided by them or mapped."""
+    for key in ("trainer.nnodes", "trainer.n_gpus_per_node"):
+        value = OmegaConf.select(cfg, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{key} must be an integer >= 1; got {_yaml(value)}")
+
+
+def _ulysses(no_effect: Mapping[str, Any], section: str) -> int:
+    """verl's sequence-parallel size of a section (its micro-batches are per sequence-parallel group)."""
+    for where in (section, "actor_rollout_ref.actor"):
+        for key in (
+            f"{where}.ulysses_sequence_parallel_size",
+            f"{where}.fsdp_config.ulysses_sequence_parallel_size",
+        ):
+            if isinstance(no_effect.get(key), int) and no_effect[key] >= 1:
+                return int(no_effect[key])
+    return 1
+
+
+def _global_micro_batch(cfg: Any, key: str, value: Any, no_effect: Mapping[str, Any]) -> None:
+    """verl's deprecated global micro-batch: ``per_gpu = value // (ranks // ulysses)``, floored as verl does;
+    verl refuses ``value * ulysses < ranks`` (less than one sample per GPU)."""
+    per_gpu = GLOBAL_MICRO_BATCH[key]
+    if OmegaConf.select(cfg, per_gpu) is not None:
+        raise ConfigError(
+            f"{key}={_yaml(value)} and {per_gpu} are both set: the first is verl's deprecated global form of the "
+            "second; keep one"
+        )
+    ranks, sp = _ranks(cfg), _ulysses(no_effect, key.rpartition(".")[0])
+    if not isinstance(value, int) or isinstance(value, bool) or value * sp < ranks:
+        raise ConfigError(
+            f"{key}={_yaml(value)}: a global micro-batch size is divided over the {ranks} ranks (trainer.nnodes x "
+            f"trainer.n_gpus_per_node, {sp} per sequence-parallel group), so it must be an integer >= {-(-ranks // sp)}"
+        )
+    OmegaConf.update(cfg, per_gpu, max(1, value // max(1, ranks // sp)), merge=False)
+
+
+def apply_deferred(cfg: Any, deferred: dict[str, Any], no_effect: dict[str, Any]) -> dict[str, Any]:
+    """Write the deferred verl keys onto ours now that every source is merged. Returns the keys read, as
+    deprecated entries; a key verl itself would ignore here goes to ``no_effect``."""
     deprecated: dict[str, Any] = {}
     for key, value in deferred.items():
         if value is None:
             continue
         if key in GLOBAL_MICRO_BATCH:
-            per_gpu = GLOBAL_MICRO_BATCH[key]
-            if OmegaConf.select(cfg, per_gpu) is not None:
-                raise ConfigError(
-                    f"{key}={value} and {per_gpu} are both set: the first is verl's deprecated global form of "
-                    "the second; keep one"
-                )
-            ranks = _ranks(cfg)
-            if not isinstance(value, int) or isinstance(value, bool) or value < ranks or value % ranks:
-                raise ConfigError(
-                    f"{key}={_yaml(value)}: a global micro-batch size must be a multiple of the {ranks} ranks "
-                    "(trainer.nnodes x trainer.n_gpus_per_node) it is divided over"
-                )
-            OmegaConf.update(cfg, per_gpu, value // ranks, merge=False)
+            _global_micro_batch(cfg, key, value, no_effect)
             deprecated[key] = value
         elif key == "trainer.resume_from_path":
             if cfg.trainer.resume_mode == "resume_path":
                 cfg.trainer.resume_mode = str(value)
-            deprecated[key] = value
+                deprecated[key] = value
+            else:  # verl reads it only with resume_mode=resume_path
+                no_effect[key] = value
         elif key.endswith("reward_kwargs.max_resp_len"):
             if value != cfg.data.max_response_length:
                 raise ConfigError(
@@ -274,38 +331,45 @@ def _fit_loggers(cfg: Any, remap: Any) -> None:
     """verl's scripts log to wandb; where its package is missing the metrics go to metrics.jsonl instead."""
     import importlib.util
 
+    def installed(
+        name: str,
+    ) -> bool:  # a ./wandb directory (wandb writes one) is a namespace package, not wandb
+        spec = importlib.util.find_spec(name)
+        return spec is not None and spec.origin is not None
+
     loggers = list(cfg.trainer.logger)
-    missing = [
-        name for name in loggers if name in TRACKER_PACKAGES and importlib.util.find_spec(name) is None
-    ]
+    missing = [name for name in loggers if name in TRACKER_PACKAGES and not installed(TRACKER_PACKAGES[name])]
     if missing:
         kept = [name for name in loggers if name not in missing]
         remap("trainer.logger", kept + ([] if "jsonl" in kept else ["jsonl"]))
 
 
-def _escaped(value: Any) -> Any:
-    """A value recorded as given: an interpolation in it is kept as text, not resolved."""
+def _as_text(value: Any) -> Any:
+    """A value recorded as given, except that an interpolation inside it (a verl key nested in a mapping that
+    has no effect here) is written ``$(name)``: recorded values are never resolved, not when the config is
+    loaded, saved with a checkpoint or read back on resume."""
     if isinstance(value, str):
-        return value.replace("${", "\\${")
+        return re.sub(r"\$\{([^{}]*)\}", r"$(\1)", value).replace("${", "$(")
     if isinstance(value, list):
-        return [_escaped(v) for v in value]
+        return [_as_text(v) for v in value]
     if isinstance(value, Mapping):
-        return {k: _escaped(v) for k, v in value.items()}
+        return {k: _as_text(v) for k, v in value.items()}
     return value
 
 
 def record_compat(cfg: Any, compat: dict[str, dict[str, Any]], config: str = "ppo_trainer") -> None:
     """Apply the deferred keys and the machine mapping to ``cfg`` and record what verl asked in ``cfg.compat``."""
     deprecated = dict(compat.get("deprecated", {}))
+    no_effect = dict(compat.get("no_effect", {}))
     if config == "sft_trainer":
         deprecated.update(apply_sft_deferred(cfg, compat.get("deferred", {})))
-        mapped = fit_to_machine(cfg)
     else:
-        deprecated.update(apply_deferred(cfg, compat.get("deferred", {})))
-        mapped = fit_to_machine(cfg)
-    record = {"no_effect": compat.get("no_effect", {}), "deprecated": deprecated, "mapped": mapped}
+        check_ranks(cfg)
+        deprecated.update(apply_deferred(cfg, compat.get("deferred", {}), no_effect))
+    mapped = fit_to_machine(cfg)
+    record = {"no_effect": no_effect, "deprecated": deprecated, "mapped": mapped}
     for section, entries in record.items():
-        cfg.compat[section] = _escaped(dict(sorted(entries.items())))
+        cfg.compat[section] = _as_text(dict(sorted(entries.items())))
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -82,6 +82,7 @@ ROLLOUT_CORRECTION = (
     "probabilities; the engines built here sample from the trained module itself, so the ratio is 1 (up to float "
     "rounding) and nothing is reweighted or rejected"
 )
+HYDRA = "Hydra's own settings (its output directory, logging, search path): Hydra is not used here"
 ASYNC = "verl's asynchronous / disaggregated trainer modes are not built here; steps run synchronously"
 
 # Ordered: the first rule whose pattern matches a key decides. Exact keys first, then globs.
@@ -127,7 +128,8 @@ PPO_RULES: tuple[Rule, ...] = (
     _deferred("critic.ppo_micro_batch_size", "deprecated in verl: a global micro-batch size"),
     _deferred("critic.forward_micro_batch_size", "deprecated in verl: a global micro-batch size"),
     _deferred(
-        "trainer.resume_from_path", "verl's resume_mode=resume_path target: here trainer.resume_mode=<path>"
+        "trainer.resume_from_path",
+        "read only with trainer.resume_mode=resume_path, as in verl (here trainer.resume_mode=<path> says both)",
     ),
     # --- values that would change what is learned: accepted only where they mean what happens here
     _only("reward_model.enable", (False, None), REWARD_MODEL),
@@ -382,29 +384,38 @@ PPO_RULES: tuple[Rule, ...] = (
     _no("trainer.use_legacy_worker_impl", "selects between verl's worker implementations; there is one here"),
     _no("trainer.use_v1", "selects between verl's trainer implementations; there is one here"),
     _no("trainer.v1.*", ASYNC),
+    _only(
+        "model_engine",
+        ("dp", "fsdp"),
+        "Megatron / VeOmni / TorchTitan training is not built here (model_engine=dp)",
+    ),
+    _no("hydra*", HYDRA),
 )
 
 # verl keys whose value is a free-form mapping: any key below them is verl's (read by code verl calls).
-FREE_FORM = (
-    "*.engine_kwargs",
-    "*.override_config",
-    "*.override_optimizer_config",
-    "*reward_kwargs",
-    "ray_kwargs",
-    "ray_init",
-    "data.mm_processor_kwargs",
-    "trainer.v1.sync",
-    "*.checkpoint_engine.engine_kwargs",
-)
+FREE_FORM = {
+    "ppo_trainer": (
+        "*.engine_kwargs",
+        "*.override_optimizer_config",
+        "*reward_kwargs",
+        "ray_kwargs",
+        "ray_init",
+        "data.mm_processor_kwargs",
+        "trainer.v1.sync",
+        "*.checkpoint_engine.engine_kwargs",
+        "hydra",
+    ),
+    "sft_trainer": ("optim.override_optimizer_config", "hydra"),
+}
 
-
-HYDRA_GROUPS = {"sft_trainer": ("engine",)}
+HYDRA_GROUPS = {"ppo_trainer": ("model_engine",), "sft_trainer": ("engine", "model", "optim", "profiler")}
 """Hydra config groups verl's scripts select by name (``engine=fsdp``): keys with a name for a value"""
 
 
 SFT_ONE_PASS = (
-    "micro-batching of verl's GPU workers: each optimizer step here runs data.train_batch_size sequences in one "
-    "pass (the same gradient)"
+    "micro-batching of verl's GPU workers: each optimizer step here takes one token mean over the whole "
+    "data.train_batch_size batch (verl's fsdp_sft_trainer averaged per-micro-batch token means, which weighs "
+    "tokens a little differently when lengths vary)"
 )
 SFT_SAVE = "verl sft here saves the fine-tuned model once, at the end (a plain HuggingFace directory)"
 
@@ -422,6 +433,10 @@ SFT_RULES: tuple[Rule, ...] = (
     _deferred("data.multiturn.enable", "multi-turn rows: here data.messages_key=<column>"),
     _deferred("data.multiturn.messages_key", "multi-turn rows: here data.messages_key=<column>"),
     _only("engine", ("fsdp", "fsdp2", "dp"), "the training engine here is one process (no Megatron)"),
+    _only("model", ("hf_model",), "the model here is a HuggingFace model (model=hf_model)"),
+    _only("optim", ("fsdp",), "the optimizer here is torch's AdamW (optim=fsdp)"),
+    _no("profiler", PROFILER),
+    _no("hydra*", HYDRA),
     _only("model.strategy", ("fsdp", "fsdp2", "dp"), "the training engine here is one process (no Megatron)"),
     _only("data.custom_cls.path", (None,), "a dataset class imported from a file is not built here"),
     _only(
@@ -430,7 +445,6 @@ SFT_RULES: tuple[Rule, ...] = (
     _only("model.custom_chat_template", (None,), "a custom chat template: put it in tokenizer_config.json"),
     _only("model.hf_config_path", (None,), "the HuggingFace config is read from the model directory here"),
     _only("model.lora_adapter_path", (None,), "starting from a saved LoRA adapter is not built here"),
-    _only("model.override_config", ({}, None), "config overrides are not built for verl sft here"),
     _only("model.lora.rank", (0,), "Megatron's LoRA keys: LoRA here is model.lora_rank"),
     _only("model.mtp.enable", (False,), "multi-token prediction is not built here"),
     _only("optim.optimizer", ("AdamW",), "the optimizer here is torch's AdamW"),
@@ -453,9 +467,13 @@ SFT_RULES: tuple[Rule, ...] = (
     _no("data.num_workers", LOADER),
     _no("data.use_shm", LOADER),
     _no("data.custom_cls.*", "dataset class settings (custom_cls.path=null)"),
-    _no("data.multiturn.*", "multi-turn settings (multiturn.enable=false)"),
-    _no("data.tools_key", "tool schemas in the chat template: the messages are rendered without tools here"),
-    _no("data.enable_thinking_*", "a per-row enable_thinking: use data.apply_chat_template_kwargs here"),
+    _rename("data.multiturn.tools_key", "data.tools_key", deprecated=True),
+    _rename("data.multiturn.enable_thinking_key", "data.enable_thinking_key", deprecated=True),
+    _only(
+        "data.enable_thinking_default",
+        ("none", None),
+        "an enable_thinking for rows without the column: set data.apply_chat_template_kwargs.enable_thinking",
+    ),
     _no("data.ignore_input_ids_mismatch", "a template that does not render incrementally is a bad row here"),
     _no("data.val_max_samples", "verl sft here has no validation pass"),
     _no("model.fsdp_config.*", FSDP),

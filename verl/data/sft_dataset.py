@@ -167,6 +167,8 @@ class SFTDataset(torch.utils.data.Dataset):
         bad_rows: str = "fail",
         files_key: str | None = None,
         messages_key: str | None = None,
+        tools_key: str | None = "tools",
+        enable_thinking_key: str | None = "enable_thinking",
     ) -> None:
         if truncation not in SFT_TRUNCATION_MODES:
             raise ValueError(f"data.truncation={truncation!r} is not one of {SFT_TRUNCATION_MODES}")
@@ -185,6 +187,8 @@ class SFTDataset(torch.utils.data.Dataset):
         self.prompt_key = prompt_key
         self.response_key = response_key
         self.messages_key = messages_key
+        self.tools_key = tools_key
+        self.enable_thinking_key = enable_thinking_key
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         records = read_files(self.files, key=files_key, bad_rows=self._bad_rows)
         if messages_key is not None:
@@ -260,7 +264,13 @@ class SFTDataset(torch.utils.data.Dataset):
         messages = row[key] if key in row else get_dotted(row, key)
         if messages is MISSING or messages is None:
             raise DatasetError(f"{where}: missing field {key!r} (data.messages_key); row has {sorted(row)}")
-        return render_conversation(self.tokenizer, messages, where, key, self.chat_template_kwargs)
+        # verl's multi-turn rows may carry their tool schemas and their own enable_thinking: the template sees both
+        kwargs = dict(self.chat_template_kwargs or {})
+        for column, argument in ((self.tools_key, "tools"), (self.enable_thinking_key, "enable_thinking")):
+            value = _plain_value(row.get(column)) if column else None
+            if value is not None:
+                kwargs[argument] = value
+        return render_conversation(self.tokenizer, messages, where, key, kwargs)
 
     def _parse_row(self, row: dict[str, Any], where: str) -> tuple[list[int], list[int], bool]:
         """Prompt ids and response ids (+ eos) of one row, and whether its prompt was decoded from JSON text;

@@ -63,13 +63,15 @@ class Checkpointer:
         # A checkpoint directory holds both roles, so it stays while either cap still wants it.
         self.keep = max(caps) if caps else None
         self._pending: threading.Thread | None = None
+        self._staged: tuple[int, list[Path]] | None = None
         self.error: BaseException | None = None
 
     # ------------------------------------------------------------------ saving
 
     def save(self, step: int, driver_state: dict[str, Any]) -> None:
-        """Checkpoint the run as it stands after ``step`` (blocking unless ``trainer.async_save``);
-        ``driver_state`` is what the trainer adds (sampler position, RNG, ...), saved as trainer_state.pt."""
+        """Write the checkpoint of the run as it stands after ``step`` (the workers write in the background
+        with ``trainer.async_save``); ``driver_state`` is what the trainer adds (sampler position, RNG, ...),
+        saved as trainer_state.pt. It counts as a checkpoint only after :meth:`commit`."""
         self.wait()
         tmp = tmp_step_dir(self.root, step)
         shutil.rmtree(tmp, ignore_errors=True)  # an unfinished save of this step: never mixed with this one
@@ -80,6 +82,15 @@ class Checkpointer:
             parts += [tmp / subdir / f"done_rank{r}" for r in range(group.world_size)]
         atomic_torch_save(driver_state, tmp / "trainer_state.pt")
         atomic_write_bytes(tmp / "config.yaml", OmegaConf.to_yaml(self.config).encode())
+        self._staged = (step, parts)
+
+    def commit(self) -> None:
+        """Finish the checkpoint :meth:`save` wrote (blocking unless ``trainer.async_save``). The trainer
+        calls it after logging the step's metrics, so a finished checkpoint's step always has its metrics
+        line: a run stopped in between resumes from the checkpoint before and runs the step again."""
+        if self._staged is None:
+            return
+        (step, parts), self._staged = self._staged, None
         if self.background:
             self._pending = threading.Thread(
                 target=self._finish, args=(step, parts), name="verl-ckpt", daemon=True

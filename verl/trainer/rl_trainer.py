@@ -269,6 +269,7 @@ class RLTrainer:
             ):
                 self.save_worker_states()
             tracking.log(metrics, step)
+            self.checkpointer.commit()  # after the metrics: a finished checkpoint's step has its metrics line
         return {
             "val_after": val_metrics,
             "train_seconds": time.perf_counter() - start,

@@ -112,6 +112,8 @@ def _train(config: Any, out_dir: Path) -> None:
         chat_template_kwargs=_plain_dict(config.data.apply_chat_template_kwargs),
         files_key="data.train_files",
         messages_key=config.data.messages_key,
+        tools_key=config.data.tools_key,
+        enable_thinking_key=config.data.enable_thinking_key,
     )
     sampler = EpochSampler(len(dataset), config.data.train_batch_size, shuffle=True, seed=trainer_cfg.seed)
     # The model last: a bad row or a batch the data cannot fill fails before a large model is loaded.
@@ -121,6 +123,8 @@ def _train(config: Any, out_dir: Path) -> None:
         attn_implementation=config.model.attn_implementation,
         trust_remote_code=config.model.trust_remote_code,
         key="model.path",
+        override_config=OmegaConf.to_container(config.model.override_config),
+        override_key="model.override_config",
     )
     # LoRA (model.lora_rank > 0): adapters injected in place, only they train; the optimizer gets only them.
     model = apply_lora(model, _lora_settings(config.model), section="model")

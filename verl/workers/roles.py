@@ -53,7 +53,12 @@ def prepare_for_training(
 ) -> tuple:
     """Gradient checkpointing (if asked), then the optimizer and LR schedule of a trained role."""
     if model_cfg.enable_gradient_checkpointing:
-        hf_model.gradient_checkpointing_enable()
+        # transformers 5 renamed it (the old name warns); older releases have only the old one
+        enable = (
+            getattr(hf_model, "activation_checkpointing_enable", None)
+            or hf_model.gradient_checkpointing_enable
+        )
+        enable()
     optimizer = build_optimizer(hf_model.parameters(), optim_cfg)
     return optimizer, build_lr_scheduler(optimizer, optim_cfg, total_steps)
 
