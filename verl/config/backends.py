@@ -18,7 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from verl.config.errors import short_repr
+from verl.config.errors import as_written, short_repr
 
 BUILT_ROLLOUTS = ("fast", "hf", "dummy")
 """``actor_rollout_ref.rollout.name`` values registered by ``verl.workers.rollout``"""
@@ -81,11 +81,6 @@ CALCULATE_LOG_PROBS = RolloutKey(
 """refused with an engine that cannot return log-probs: a step that reads them would find none"""
 
 
-def _yaml(value: Any) -> str:
-    """A value as it is written on the command line: true / false for booleans."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
 def _engines(names: tuple[str, ...]) -> str:
     built = [n for n in names if n in BUILT_ROLLOUTS]
     not_built = [n for n in names if n not in BUILT_ROLLOUTS]
@@ -109,7 +104,7 @@ def _rollout_errors(cfg: DictConfig) -> list[str]:
 def _unread(keys: list[RolloutKey], rollout: DictConfig) -> list[str]:
     engine = rollout.name
     return [
-        f"{ROLLOUT}.{key.name}={_yaml(rollout[key.name])} has no effect with rollout.name={engine} "
+        f"{ROLLOUT}.{key.name}={as_written(rollout[key.name])} has no effect with rollout.name={engine} "
         f"(it {key.what}; read by {_engines(key.read_by)})"
         for key in keys
         if engine not in key.read_by and rollout[key.name] not in key.accepted

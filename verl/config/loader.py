@@ -333,28 +333,30 @@ def _load_yaml(path: Path) -> tuple[DictConfig, dict[str, Any]]:
 BASE_KEY = "base"
 
 
-def _recipe_chain(path: Path, compat: dict[str, dict[str, Any]]) -> list[Path]:
-    """The recipe and the recipes it builds on, base first.
+def _recipe_chain(path: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """The recipe and the recipes it builds on, base first, each with its keys (read once).
 
     A recipe builds on another with a top-level ``base: <recipe name or path>`` (or verl's Hydra form,
     ``defaults: [<config>, _self_]``): it then only lists what it changes, and the chain is merged base first.
+    The ``base`` / ``defaults`` entries are taken out of the keys returned.
     """
-    chain = [path]
+    chain: list[tuple[Path, dict[str, Any]]] = []
     while True:
-        _, plain = _load_yaml(chain[0])
-        base = plain.get(BASE_KEY)
-        hydra_base = _hydra_base(chain[0], plain, compat)
+        _, plain = _load_yaml(path)
+        base = plain.pop(BASE_KEY, None)
+        hydra_base = _hydra_base(path, plain)
+        chain.insert(0, (path, plain))
         if base is None and hydra_base is None:
             return chain
         if base is None:
             base_path = hydra_base.resolve()
         else:
             # A path relative to the recipe that names it, else a recipe name or path as on the command line.
-            relative = chain[0].parent / str(base)
+            relative = path.parent / str(base)
             base_path = relative.resolve() if relative.is_file() else resolve_recipe(str(base))
-        if base_path in chain:
-            raise ConfigError(f"{chain[0]}: recipe base chain loops back to {base_path}")
-        chain.insert(0, base_path)
+        if any(base_path == seen for seen, _ in chain):
+            raise ConfigError(f"{chain[0][0]}: recipe base chain loops back to {base_path}")
+        path = base_path
 
 
 def _compat_of(schema: type) -> tuple[str, tuple[Rule, ...]] | None:
@@ -400,7 +402,7 @@ def _translate(
         if key in fields and not (key in HYDRA_GROUPS.get(config, ()) and isinstance(value, str)):
             if value is None and not explicit and not fields[key].section and not _allows_null(fields[key]):
                 continue  # verl's files write null for "unset": the default here
-            found.ours[key] = _listed_scalar(value, fields[key])
+            found.ours[key] = value
         elif not translate_leaf(key, value, rules, config, found, explicit=explicit):
             raise _unknown_key_error(key, schema, where)
     for section, entries in found.compat.items():
@@ -412,9 +414,8 @@ def _translate(
         for old in list(compat.get("deprecated", {})):
             if found.renamed.get(key) != old and _renames_to(old, rules) == key:
                 del compat["deprecated"][old]
-    for key in list(found.ours):
-        found.ours[key] = _listed_scalar(found.ours[key], fields.get(key))
-    return _nest_all(found.ours)
+    # our keys and the verl keys renamed onto them alike: a bare word for a list of strings is that list
+    return _nest_all({key: _listed_scalar(value, fields.get(key)) for key, value in found.ours.items()})
 
 
 def _renames_to(key: str, rules: tuple[Rule, ...]) -> str | None:
@@ -446,15 +447,10 @@ def _delete(
     raise _unknown_key_error(ov.key, schema, f"override {ov.text!r}: ")
 
 
-HYDRA_KEYS = ("defaults", "hydra")
-
-
-def _hydra_base(path: Path, plain: dict[str, Any], compat: dict[str, dict[str, Any]]) -> Path | None:
-    """A verl-style config file (``--config-name``): its Hydra ``defaults`` list names the config it extends
-    (``- ppo_trainer`` and ``- _self_``); its ``hydra:`` section configures Hydra itself (no effect here)."""
-    hydra = plain.pop("hydra", None)
-    if hydra is not None:
-        compat.setdefault("no_effect", {})["hydra"] = hydra
+def _hydra_base(path: Path, plain: dict[str, Any]) -> Path | None:
+    """A verl-style config file (``--config-name``): its Hydra ``defaults`` list (taken out of ``plain``) names
+    the config it extends (``- ppo_trainer`` and ``- _self_``). Its ``hydra:`` section, Hydra's own settings, is
+    read like any other verl key (no effect here)."""
     defaults = plain.pop("defaults", None)
     if defaults is None:
         return None
@@ -480,7 +476,7 @@ def load_config(
     ``config`` is a recipe name (``grpo``, see :func:`list_recipes`), a path to a YAML file (ours, or verl's
     style: a Hydra ``defaults: [ppo_trainer, _self_]`` list), or None for the schema's default recipe (``grpo``
     for TrainerConfig, ``sft`` for SFTConfig). Overrides use verl's Hydra forms (``key=value``, ``+key=value``,
-    ``~key``; see :mod:`verl.config.overrides`); values are YAML (``trainer.logger=[console]``).
+    ``~key``) and its value grammar (see :mod:`verl.config.overrides`: ``trainer.logger=[console]``).
 
     verl's keys that are not ours are read through :mod:`verl.config.verl_compat`: renamed onto ours, recorded
     in the ``compat`` section as having no effect here (reported at start-up), or refused when ignoring them
@@ -496,11 +492,8 @@ def load_config(
     if config is None:
         config = _default_recipe(schema)
     if config is not None:
-        for path in _recipe_chain(resolve_recipe(config), compat):
+        for path, plain in _recipe_chain(resolve_recipe(config)):
             where = f"{path}: "
-            _, plain = _load_yaml(path)
-            for key in (BASE_KEY, *HYDRA_KEYS):
-                plain.pop(key, None)
             ours = _translate(plain, schema, where, compat, explicit=False)
             _check_keys(ours, schema, where)
             cfg = _merge(cfg, OmegaConf.create(ours), ours, schema, where)

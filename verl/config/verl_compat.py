@@ -33,7 +33,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from verl.config.errors import ConfigError, short_repr
+from verl.config.errors import ConfigError, as_written
 from verl.config.verl_rules import FREE_FORM, HYDRA_GROUPS, PPO_RULES, SFT_RULES, Rule
 
 KEYS_DIR = Path(__file__).resolve().parent / "verl_keys"
@@ -86,25 +86,16 @@ def renamed(key: str, rule: Rule) -> str:
 
 
 def _same(value: Any, honoured: tuple[Any, ...]) -> bool:
-    for ok in honoured:
-        if value == ok and type(value) is type(ok) or (value is None and ok is None):
-            return True
-        if isinstance(ok, float) and isinstance(value, int) and not isinstance(value, bool) and value == ok:
-            return True
-    return False
+    """``value`` is one of ``honoured``, of the same type (True is not 1), an int standing for a float."""
+    as_number = isinstance(value, int) and not isinstance(value, bool)
+    return any(
+        value == ok and (type(value) is type(ok) or (as_number and isinstance(ok, float))) for ok in honoured
+    )
 
 
 def refuse(key: str, value: Any, rule: Rule) -> ConfigError:
-    accepted = " or ".join(_yaml(v) for v in rule.honoured)
-    return ConfigError(f"{key}={_yaml(value)}: {rule.why}; accepted here: {accepted}")
-
-
-def _yaml(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    return short_repr(value) if isinstance(value, (list, dict)) else str(value)
+    accepted = " or ".join(as_written(v) for v in rule.honoured)
+    return ConfigError(f"{key}={as_written(value)}: {rule.why}; accepted here: {accepted}")
 
 
 @dataclass
@@ -204,7 +195,7 @@ def check_ranks(cfg: Any) -> None:
     for key in ("trainer.nnodes", "trainer.n_gpus_per_node"):
         value = OmegaConf.select(cfg, key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"{key} must be an integer >= 1; got {_yaml(value)}")
+            raise ConfigError(f"{key} must be an integer >= 1; got {as_written(value)}")
 
 
 def _ulysses(no_effect: Mapping[str, Any], section: str) -> int:
@@ -225,13 +216,13 @@ def _global_micro_batch(cfg: Any, key: str, value: Any, no_effect: Mapping[str, 
     per_gpu = GLOBAL_MICRO_BATCH[key]
     if OmegaConf.select(cfg, per_gpu) is not None:
         raise ConfigError(
-            f"{key}={_yaml(value)} and {per_gpu} are both set: the first is verl's deprecated global form of the "
+            f"{key}={as_written(value)} and {per_gpu} are both set: the first is verl's deprecated global form of the "
             "second; keep one"
         )
     ranks, sp = _ranks(cfg), _ulysses(no_effect, key.rpartition(".")[0])
     if not isinstance(value, int) or isinstance(value, bool) or value * sp < ranks:
         raise ConfigError(
-            f"{key}={_yaml(value)}: a global micro-batch size is divided over the {ranks} ranks (trainer.nnodes x "
+            f"{key}={as_written(value)}: a global micro-batch size is divided over the {ranks} ranks (trainer.nnodes x "
             f"trainer.n_gpus_per_node, {sp} per sequence-parallel group), so it must be an integer >= {-(-ranks // sp)}"
         )
     OmegaConf.update(cfg, per_gpu, max(1, value // max(1, ranks // sp)), merge=False)
@@ -256,7 +247,7 @@ def apply_deferred(cfg: Any, deferred: dict[str, Any], no_effect: dict[str, Any]
         elif key.endswith("reward_kwargs.max_resp_len"):
             if value != cfg.data.max_response_length:
                 raise ConfigError(
-                    f"{key}={_yaml(value)}: the DAPO overlong penalty here counts from data.max_response_length "
+                    f"{key}={as_written(value)}: the DAPO overlong penalty here counts from data.max_response_length "
                     f"({cfg.data.max_response_length}); set both to the same value"
                 )
             deprecated[key] = value
@@ -279,7 +270,7 @@ def apply_sft_deferred(cfg: Any, deferred: dict[str, Any]) -> dict[str, Any]:
             continue
         fields = [fields] if isinstance(fields, str) else list(fields)
         if not all(isinstance(f, str) and f for f in fields):
-            raise ConfigError(f"data.{which}_dict_keys={_yaml(fields)}: expected a list of field names")
+            raise ConfigError(f"data.{which}_dict_keys={as_written(fields)}: expected a list of field names")
         key = f"data.{which}_key"
         OmegaConf.update(cfg, key, ".".join([str(OmegaConf.select(cfg, key)), *fields]), merge=False)
         read[f"data.{which}_dict_keys"] = fields
@@ -331,9 +322,8 @@ def _fit_loggers(cfg: Any, remap: Any) -> None:
     """verl's scripts log to wandb; where its package is missing the metrics go to metrics.jsonl instead."""
     import importlib.util
 
-    def installed(
-        name: str,
-    ) -> bool:  # a ./wandb directory (wandb writes one) is a namespace package, not wandb
+    def installed(name: str) -> bool:
+        """A package, not a directory of that name (wandb writes ./wandb/, a namespace package)."""
         spec = importlib.util.find_spec(name)
         return spec is not None and spec.origin is not None
 
@@ -390,7 +380,7 @@ def _mapped_notice(cfg: Any, key: str, asked: Any) -> str | None:
     if key == "trainer.logger":
         missing = [name for name in asked if name not in used]
         return (
-            f"{key}={_yaml(list(asked))}: {', '.join(missing)} is not installed here (pip install "
+            f"{key}={as_written(list(asked))}: {', '.join(missing)} is not installed here (pip install "
             f"{' '.join(TRACKER_PACKAGES[m] for m in missing)}); logging to {', '.join(used)} instead"
         )
     if key == "reward_model.num_workers":
@@ -415,20 +405,18 @@ def _ranks_notice(cfg: Any, mapped: Mapping[str, Any]) -> str | None:
 def _deprecated_notice(cfg: Any, key: str, value: Any, rules: tuple[Rule, ...]) -> str:
     if key in GLOBAL_MICRO_BATCH:
         target = GLOBAL_MICRO_BATCH[key]
-        return f"{key}={_yaml(value)}: verl's deprecated global form; read as {target}={OmegaConf.select(cfg, target)}"
+        return f"{key}={as_written(value)}: verl's deprecated global form; read as {target}={OmegaConf.select(cfg, target)}"
     if key == "trainer.resume_from_path":
-        return f"{key}={_yaml(value)}: read as trainer.resume_mode={cfg.trainer.resume_mode}"
+        return f"{key}={as_written(value)}: read as trainer.resume_mode={cfg.trainer.resume_mode}"
     if key.endswith("_dict_keys") or key == "data.multiturn.enable":
         which = {"data.prompt_dict_keys": "prompt_key", "data.response_dict_keys": "response_key"}.get(key)
         target = f"data.{which}" if which else "data.messages_key"
-        return f"{key}={_yaml(value)}: verl's old SFT form; read as {target}={OmegaConf.select(cfg, target)}"
+        return f"{key}={as_written(value)}: verl's old SFT form; read as {target}={OmegaConf.select(cfg, target)}"
     if key.endswith("max_resp_len"):
-        return (
-            f"{key}={_yaml(value)}: the same as data.max_response_length, which the DAPO manager reads here"
-        )
+        return f"{key}={as_written(value)}: the same as data.max_response_length, which the DAPO manager reads here"
     rule = rule_for(key, rules)
     target = renamed(key, rule) if rule is not None and rule.kind == "rename" else "?"
-    return f"{key}={_yaml(value)}: verl's deprecated spelling; read as {target}"
+    return f"{key}={as_written(value)}: verl's deprecated spelling; read as {target}"
 
 
 def notices(cfg: Any) -> list[str]:
@@ -452,8 +440,6 @@ def notices(cfg: Any) -> list[str]:
     lines += backend_notices(cfg) if is_rl else sft_backend_notices(cfg)
     by_reason: dict[str, list[str]] = {}
     for key, value in compat.no_effect.items():
-        rule = rule_for(key, rules)
-        why = rule.why if rule is not None else "Hydra's own settings"
-        by_reason.setdefault(why, []).append(f"{key}={_yaml(value)}")
+        by_reason.setdefault(rule_for(key, rules).why, []).append(f"{key}={as_written(value)}")
     lines += [f"no effect here: {', '.join(keys)} ({why})" for why, keys in by_reason.items()]
     return lines
