@@ -1,4 +1,5 @@
-"""Data parallelism: one global batch trained on 1 process and on 2 (gloo, CPU) gives the same update.
+"""Data parallelism: one global batch trained on 1 process and on 2 (gloo, CPU) gives the same update,
+with DDP (strategy dp) and with FSDP2 (strategy fsdp2: weights, gradients and optimizer state sharded).
 
 Each of the 2 ranks gets its contiguous half of the batch, as the controller's DP_COMPUTE_PROTO
 dispatch does. The updated weights must match the 1-process update within float tolerance (only the
@@ -17,7 +18,7 @@ import torch.multiprocessing as mp
 from _weights import assert_same_adam_update
 from omegaconf import OmegaConf
 
-from verl.config.schema import ActorConfig, CriticConfig
+from verl.config.schema import ActorConfig, CriticConfig, FSDPConfig
 from verl.models import load_hf_model, load_value_model
 from verl.protocol import DataProto
 from verl.workers.actor import Actor
@@ -114,8 +115,15 @@ def synthetic_batch(model_dir) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def run_case(case: Case, model_dir, batch: dict[str, torch.Tensor], rank: int, world_size: int) -> dict:
-    """Build the role, update it from this rank's contiguous part of the batch; weights and metrics."""
+STRATEGIES = ("dp", "fsdp2")
+
+
+def run_case(
+    case: Case, model_dir, batch: dict[str, torch.Tensor], rank: int, world_size: int, strategy: str = "dp"
+) -> dict:
+    """Build the role, update it from this rank's contiguous part of the batch; weights and metrics
+    (the full weights, gathered from the shards with fsdp2), and the role's log-probs / values of this
+    rank's rows after the update."""
     if world_size == 1:
         batch = {k: v[reference_order(BATCH, WORLD_SIZE, case.mini_batch_size)] for k, v in batch.items()}
     shard = BATCH // world_size
@@ -130,15 +138,23 @@ def run_case(case: Case, model_dir, batch: dict[str, torch.Tensor], rank: int, w
     initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
     optimizer = build_optimizer(model.parameters(), cfg.optim)
     scheduler = build_lr_scheduler(optimizer, cfg.optim, total_steps=1)
+    fsdp = {"fsdp_config": OmegaConf.structured(FSDPConfig)} if strategy == "fsdp2" else {}
     if case.role == "actor":
-        role = Actor(model, cfg, optimizer, scheduler, seed=0)
+        role = Actor(model, cfg, optimizer, scheduler, seed=0, **fsdp)
         metrics = role.update_policy(data, case.mini_batch_size, case.micro_batch_size, temperature=1.0)
+        after = role.compute_log_prob(data, 1, temperature=1.0)[0]
     else:
-        role = Critic(model, cfg, optimizer, scheduler, seed=0)
+        role = Critic(model, cfg, optimizer, scheduler, seed=0, **fsdp)
         metrics = role.update_critic(data, case.mini_batch_size, case.micro_batch_size, cfg.ppo_epochs or 1)
-    weights = {k: v.detach().clone() for k, v in role.hf_model.state_dict().items()}
+        after = role.compute_values(data, 1)
+    weights = {k: full(v).detach().clone() for k, v in role.hf_model.state_dict().items()}
     moved = max((weights[k] - v).abs().max().item() for k, v in initial.items())
-    return {"weights": weights, "metrics": metrics, "moved": moved}
+    return {"weights": weights, "metrics": metrics, "moved": moved, "after": after}
+
+
+def full(tensor: torch.Tensor) -> torch.Tensor:
+    """A sharded parameter's whole value (a collective); a plain tensor as it is."""
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
 
 
 def unequal_shards_error(model_dir, batch: dict[str, torch.Tensor], rank: int) -> str:
@@ -164,7 +180,11 @@ def _worker(rank: int, world_size: int, port: int, model_dir, batch, out_dir) ->
     torch.set_num_threads(1)  # CPU kernels are reproducible only for a fixed thread count
     assert init_distributed("gloo")
     try:
-        results = {case.name: run_case(case, model_dir, batch, rank, world_size) for case in CASES}
+        results = {
+            (case.name, strategy): run_case(case, model_dir, batch, rank, world_size, strategy)
+            for case in CASES
+            for strategy in STRATEGIES
+        }
         results["unequal-shards"] = unequal_shards_error(model_dir, batch, rank)
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
@@ -191,7 +211,11 @@ def results(tiny_model_dir, tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("dp")
     mp.spawn(_worker, args=(WORLD_SIZE, free_port(), tiny_model_dir, batch, str(out_dir)), nprocs=WORLD_SIZE)
     ranks = [torch.load(out_dir / f"rank{r}.pt") for r in range(WORLD_SIZE)]
-    merged = {case.name: (single[case.name], [r[case.name] for r in ranks]) for case in CASES}
+    merged = {
+        (case.name, strategy): (single[case.name], [r[case.name, strategy] for r in ranks])
+        for case in CASES
+        for strategy in STRATEGIES
+    }
     merged["unequal-shards"] = [r["unequal-shards"] for r in ranks]
     return merged
 
@@ -207,9 +231,10 @@ def metric_atol(key: str) -> float:
     return 1e-6
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_two_processes_update_like_one(results, case):
-    single, (rank0, rank1) = results[case.name]
+def test_two_processes_update_like_one(results, case, strategy):
+    single, (rank0, rank1) = results[case.name, strategy]
     # Two ranks sum the gradients in another order than one process: rounding-level differences.
     assert_same_adam_update(single["weights"], rank0["weights"], lr=1e-3, optimizer_steps=2, close=1e-6)
     for key in single["weights"]:
@@ -219,6 +244,13 @@ def test_two_processes_update_like_one(results, case):
     for key, expected in single["metrics"].items():
         assert rank0["metrics"][key] == pytest.approx(expected, rel=1e-5, abs=metric_atol(key)), key
     assert single["moved"] > 1e-4  # the update did change the weights
+    # After the update, each rank's forward passes over its own rows (one row per pass) give the
+    # 1-process values of those rows.
+    order = reference_order(BATCH, WORLD_SIZE, case.mini_batch_size)
+    shard = BATCH // WORLD_SIZE
+    for rank, result in enumerate((rank0, rank1)):
+        rows = [order.index(i) for i in range(rank * shard, (rank + 1) * shard)]
+        torch.testing.assert_close(result["after"], single["after"][rows], atol=1e-4, rtol=1e-4)
     if case.role == "actor":  # the metric paths of the KL loss and the entropy bonus were taken
         assert single["metrics"]["actor/kl_loss"] > 0 and single["metrics"]["actor/entropy"] > 0
         assert single["metrics"]["actor/pg_clipfrac"] > 0

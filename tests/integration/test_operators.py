@@ -153,8 +153,7 @@ def test_bad_settings_name_the_valid_choices():
         TrainingOperator(loss_components=["policy_loss", "kl"])
     with pytest.raises(ValueError, match="no 'policy_loss'"):
         TrainingOperator(loss_components=["kl_loss"])
-    with pytest.raises(ValueError, match="fsdp is not built in this repository; available: dp, ddp"):
-        TrainingOperator(engine="fsdp")
+    assert TrainingOperator(engine="fsdp").overrides()["actor_rollout_ref.actor.strategy"] == "fsdp2"
     with pytest.raises(ValueError, match="megatron is not built"):
         TrainingOperator(engine="megatron")
     assert TrainingOperator(engine="ddp").overrides()["actor_rollout_ref.actor.strategy"] == "dp"

@@ -88,10 +88,10 @@ def test_verl_quickstart_command_trains_two_steps(quickstart_dir: Path, tmp_path
     assert not (out / "metrics.jsonl").exists()
     step = out / "global_step_2"
     assert json.loads((step / "checkpoint.json").read_text())["step"] == 2
-    # PPO with GAE, verl's default estimator: the critic is trained and saved with the actor
-    assert (step / "actor" / "model.safetensors").is_file() and (
-        step / "critic" / "model.safetensors"
-    ).is_file()
+    # PPO with GAE, verl's default estimator: the critic is trained and saved with the actor, both with verl's
+    # default strategy, FSDP (sharded checkpoints, here of one rank)
+    for role in ("actor", "critic"):
+        assert (step / role / "model_optim" / ".metadata").is_file(), role
     saved = (step / "config.yaml").read_text()
     assert "adv_estimator: gae" in saved and "actor_rollout_ref.rollout.name: vllm" in saved
 

@@ -108,17 +108,19 @@ def test_built_rollouts_match_the_registry() -> None:
 
 
 @pytest.mark.parametrize("strategy", ["fsdp", "fsdp2"])
-def test_sharded_strategies_train_as_dp(strategy: str) -> None:
+def test_sharded_strategies_are_kept_and_train_with_fsdp2(strategy: str) -> None:
+    from verl.config.backends import training_strategy
+
     cfg = load_config(overrides=[f"{ARR}.actor.strategy={strategy}"])
-    assert cfg[ARR].actor.strategy == "dp"
-    assert cfg.compat.mapped == {f"{ARR}.actor.strategy": strategy}
+    assert cfg[ARR].actor.strategy == strategy and training_strategy(cfg) == "fsdp2"
+    assert not cfg.compat.mapped
 
 
 def test_unknown_strategy_is_refused() -> None:
     assert load_config(overrides=[f"{ARR}.actor.strategy=dp"])[ARR].actor.strategy == "dp"
     with pytest.raises(ConfigError, match=f"{ARR}.actor.strategy=ddpp: unknown strategy"):
         load_config(overrides=[f"{ARR}.actor.strategy=ddpp"])
-    with pytest.raises(ConfigError, match=f"{ARR}.actor.strategy=megatron: not built yet"):
+    with pytest.raises(ConfigError, match=f"{ARR}.actor.strategy=megatron: not built;"):
         load_config(overrides=[f"{ARR}.actor.strategy=megatron"])
 
 

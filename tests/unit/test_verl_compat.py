@@ -38,6 +38,7 @@ def test_every_rule_is_used_by_a_verl_key_or_a_plus_key() -> None:
         "reward.reward_kwargs.other",
         "model_engine",  # a Hydra group verl's scripts select by name
         "hydra.run.dir",
+        "critic.fsdp.mixed_precision.param_dtype",  # verl >= 0.8's engine config: mixed_precision is null
     ]
     ours = schema_fields(TrainerConfig)
     used = {rule_for(k).pattern for k in [*verl_keys("ppo_trainer"), *plus_keys] if k not in ours}
@@ -125,7 +126,7 @@ def test_plus_and_delete_on_our_keys() -> None:
     # a verl key is forgotten
     assert (
         ppo(
-            f"{ARR}.actor.fsdp_config.param_offload=True", f"~{ARR}.actor.fsdp_config.param_offload"
+            f"{ARR}.actor.fsdp_config.forward_prefetch=True", f"~{ARR}.actor.fsdp_config.forward_prefetch"
         ).compat.no_effect
         == {}
     )
@@ -138,21 +139,21 @@ def test_logger_as_one_word() -> None:
 # ------------------------------------------------------------------------------------------------ dispositions
 def test_no_effect_keys_are_recorded_and_reported_once_grouped_by_reason() -> None:
     cfg = ppo(
-        f"{ARR}.actor.fsdp_config.param_offload=True",
-        f"{ARR}.ref.fsdp_config.param_offload=True",
+        f"{ARR}.actor.fsdp_config.forward_prefetch=True",
+        f"{ARR}.ref.fsdp_config.forward_prefetch=True",
         f"{ARR}.rollout.enforce_eager=True",
         "+ray_kwargs.ray_init.runtime_env.py_executable=uv run",
     )
     assert dict(cfg.compat.no_effect) == {
-        f"{ARR}.actor.fsdp_config.param_offload": True,
-        f"{ARR}.ref.fsdp_config.param_offload": True,
+        f"{ARR}.actor.fsdp_config.forward_prefetch": True,
+        f"{ARR}.ref.fsdp_config.forward_prefetch": True,
         f"{ARR}.rollout.enforce_eager": True,
         "ray_kwargs.ray_init.runtime_env.py_executable": "uv run",
     }
     lines = [line for line in notices(cfg) if line.startswith("no effect here")]
-    fsdp = [line for line in lines if "param_offload" in line]
+    fsdp = [line for line in lines if "forward_prefetch" in line]
     assert len(fsdp) == 1 and "actor.fsdp_config" in fsdp[0] and "ref.fsdp_config" in fsdp[0]
-    assert "FSDP" in fsdp[0]
+    assert "FSDP2 gathers the next layer" in fsdp[0]
     assert any("enforce_eager=true" in line and "inference server" in line for line in lines)
 
 
@@ -292,12 +293,12 @@ def test_a_verl_style_config_file(tmp_path) -> None:
         "hydra:\n  searchpath: [file://verl/trainer/config]\n"
         "defaults:\n  - ppo_trainer\n  - _self_\n"
         "algorithm:\n  adv_estimator: grpo\n"
-        "actor_rollout_ref:\n  rollout:\n    n: 4\n  actor:\n    fsdp_config:\n      param_offload: true\n"
+        "actor_rollout_ref:\n  rollout:\n    n: 4\n  actor:\n    fsdp_config:\n      use_orig_params: true\n"
     )
     cfg = load_config(str(tmp_path / "my_grpo.yaml"))
     assert cfg.algorithm.adv_estimator == "grpo" and cfg[ARR].rollout.n == 4
     assert cfg.trainer.project_name == "verl_examples"  # from ppo_trainer
-    assert f"{ARR}.actor.fsdp_config.param_offload" in cfg.compat.no_effect
+    assert f"{ARR}.actor.fsdp_config.use_orig_params" in cfg.compat.no_effect
     assert main(["run", "--config-path", str(tmp_path), "--config-name", "my_grpo", "--print-config"]) == 0
     assert main(["run", "--config-path", str(tmp_path), "--config-name", "nope", "--print-config"]) == 2
 

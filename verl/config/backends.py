@@ -16,18 +16,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from verl.config.errors import as_written, short_repr
+from verl.config.schema_workers import FSDPConfig
 
 BUILT_ROLLOUTS = ("fast", "hf", "dummy")
 """``actor_rollout_ref.rollout.name`` values registered by ``verl.workers.rollout``"""
 NOT_BUILT_ROLLOUTS = ("vllm", "sglang")
 """verl's inference-server engines, not built in this repository yet"""
-BUILT_STRATEGIES = ("dp",)
-"""``actor_rollout_ref.actor.strategy`` values: dp = one process, or DDP over trainer.backend=ray workers"""
-NOT_BUILT_STRATEGIES = ("fsdp", "fsdp2", "megatron")
-"""verl's sharded training backends, not built in this repository yet"""
+BUILT_STRATEGIES = ("fsdp2", "fsdp", "dp")
+"""``actor_rollout_ref.actor.strategy`` values: fsdp2 (fsdp its alias) shards over the ranks, dp replicates
+(one process, or DDP over trainer.backend=ray workers)"""
+NOT_BUILT_STRATEGIES = ("megatron",)
+"""verl's training backends not built in this repository"""
+FSDP_SECTIONS = (
+    "actor_rollout_ref.actor.fsdp_config",
+    "actor_rollout_ref.ref.fsdp_config",
+    "critic.model.fsdp_config",
+)
+"""the fsdp_config section of each role FSDP2 shards"""
+DTYPE_NAMES = ("fp32", "float32", "bf16", "bfloat16", "fp16", "float16")
+"""dtype names a config accepts (verl's short ones and torch's; verl.models.loading.DTYPES)"""
 REWARD_MANAGERS_WITHOUT_OVERLONG = ("naive", "batch")
 """built-in reward managers that do not apply ``reward_model.overlong_buffer`` (only ``dapo`` does)"""
 
@@ -111,9 +121,121 @@ def _unread(keys: list[RolloutKey], rollout: DictConfig) -> list[str]:
     ]
 
 
+def training_strategy(cfg: DictConfig) -> str:
+    """The strategy the actor, reference and critic train with: fsdp2 or dp. Unset, FSDP2 when more than
+    one rank trains (verl's default strategy), DDP-free dp for one."""
+    asked = cfg.actor_rollout_ref.actor.strategy
+    if asked is None:
+        trainer = cfg.trainer
+        ranks = int(trainer.nnodes) * int(trainer.n_gpus_per_node) if trainer.backend == "ray" else 1
+        return "fsdp2" if ranks > 1 else "dp"
+    return "fsdp2" if asked == "fsdp" else str(asked)
+
+
+def _fsdp_sections(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
+    return [(key, OmegaConf.select(cfg, key)) for key in FSDP_SECTIONS]
+
+
+def _fsdp_notices(cfg: DictConfig) -> list[str]:
+    lines = []
+    if cfg.actor_rollout_ref.actor.strategy == "fsdp":
+        lines.append(
+            "actor_rollout_ref.actor.strategy=fsdp trains with FSDP2 (torch's fully_shard), the successor of "
+            "verl's FSDP1 engine: weights, gradients and optimizer state sharded over the ranks alike"
+        )
+    strategy = training_strategy(cfg)
+    default = OmegaConf.structured(FSDPConfig)
+    for key, section in _fsdp_sections(cfg):
+        changed = _changed_leaves(section, default)
+        if strategy != "fsdp2":
+            lines.extend(
+                f"{key}.{leaf}={as_written(value)} has no effect with strategy={strategy} (it configures FSDP2: "
+                "set actor_rollout_ref.actor.strategy=fsdp2)"
+                for leaf, value in changed
+            )
+            continue
+        if section.mixed_precision.buffer_dtype not in ("fp32", "float32"):
+            lines.append(
+                f"{key}.mixed_precision.buffer_dtype={section.mixed_precision.buffer_dtype} has no effect: FSDP2 "
+                "leaves buffers (rotary tables) in the model's dtype"
+            )
+        if section.wrap_policy.min_num_params:
+            lines.append(
+                f"{key}.wrap_policy.min_num_params={section.wrap_policy.min_num_params} has no effect: FSDP2 "
+                "shards one unit per decoder layer (wrap_policy.transformer_layer_cls_to_wrap) and the root"
+            )
+    return lines
+
+
+def _changed_leaves(section: DictConfig, default: DictConfig, prefix: str = "") -> list[tuple[str, Any]]:
+    out = []
+    for name, value in section.items():
+        if isinstance(value, DictConfig):
+            out.extend(_changed_leaves(value, default[name], f"{prefix}{name}."))
+        elif value != default[name]:
+            out.append((f"{prefix}{name}", value))
+    return out
+
+
+def _fsdp_errors(cfg: DictConfig) -> list[str]:
+    if training_strategy(cfg) != "fsdp2":
+        return []
+    errors = []
+    for key, section in _fsdp_sections(cfg):
+        mp = section.mixed_precision
+        for name, value in (("param_dtype", mp.param_dtype), ("reduce_dtype", mp.reduce_dtype)):
+            if value is not None and value not in DTYPE_NAMES:
+                errors.append(
+                    f"{key}.mixed_precision.{name}={as_written(value)}: not a dtype; use one of {', '.join(DTYPE_NAMES)}"
+                )
+        if section.fsdp_size == 0 or section.fsdp_size < -1:
+            errors.append(
+                f"{key}.fsdp_size={section.fsdp_size}: give -1 (all ranks) or a number of ranks >= 1"
+            )
+    return errors
+
+
+CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
+"""what a role's checkpoint part can hold (verl's checkpoint.save_contents values)"""
+CHECKPOINT_SECTIONS = ("actor_rollout_ref.actor.checkpoint", "critic.checkpoint")
+
+
+def _checkpoint_errors(cfg: DictConfig) -> list[str]:
+    errors = []
+    for key in CHECKPOINT_SECTIONS:
+        section = OmegaConf.select(cfg, key)
+        for name in ("save_contents", "load_contents"):
+            contents = section[name]
+            unknown = [c for c in (contents or ()) if c not in CHECKPOINT_CONTENTS]
+            if unknown:
+                errors.append(
+                    f"{key}.{name}={as_written(contents)}: {', '.join(map(str, unknown))} is not a part of a "
+                    f"checkpoint; use some of {', '.join(CHECKPOINT_CONTENTS)}"
+                )
+    return errors
+
+
+def _checkpoint_notices(cfg: DictConfig) -> list[str]:
+    lines = []
+    for key in CHECKPOINT_SECTIONS:
+        saved = OmegaConf.select(cfg, key).save_contents
+        left_out = [c for c in ("model", "optimizer", "extra") if c not in saved]
+        if left_out:
+            lines.append(
+                f"{key}.save_contents={as_written(saved)}: checkpoints leave out {', '.join(left_out)}, so a "
+                "resumed run does not continue exactly (model: the weights; optimizer: AdamW's moments; extra: "
+                "the LR schedule, RNG states and shuffles)"
+            )
+    return lines
+
+
 def backend_notices(cfg: DictConfig) -> list[str]:
     """Keys of a TrainerConfig set to a value that only another backend reads: accepted, and reported."""
-    return _unread(list(ROLLOUT_KEYS), cfg.actor_rollout_ref.rollout)
+    return (
+        _unread(list(ROLLOUT_KEYS), cfg.actor_rollout_ref.rollout)
+        + _fsdp_notices(cfg)
+        + _checkpoint_notices(cfg)
+    )
 
 
 def _tokenizer_errors(cfg: DictConfig) -> list[str]:
@@ -140,12 +262,14 @@ def backend_errors(cfg: DictConfig) -> list[str]:
     errors = _rollout_errors(cfg)
     arr = cfg.actor_rollout_ref
     strategy = arr.actor.strategy
-    if strategy not in BUILT_STRATEGIES:
-        status = "not built yet" if strategy in NOT_BUILT_STRATEGIES else "unknown strategy"
+    if strategy is not None and strategy not in BUILT_STRATEGIES:
+        status = "not built" if strategy in NOT_BUILT_STRATEGIES else "unknown strategy"
         errors.append(
             f"actor_rollout_ref.actor.strategy={strategy}: {status}; available: {', '.join(BUILT_STRATEGIES)} "
-            "(data parallel: trainer.backend=ray and trainer.n_gpus_per_node=N train N DDP workers)"
+            "(or unset: fsdp2 when trainer.backend=ray and trainer.nnodes x n_gpus_per_node > 1, else dp)"
         )
+    errors.extend(_fsdp_errors(cfg))
+    errors.extend(_checkpoint_errors(cfg))
     errors.extend(_tokenizer_errors(cfg))
     reward = cfg.reward_model
     if reward.overlong_buffer.enable and reward.reward_manager in REWARD_MANAGERS_WITHOUT_OVERLONG:

@@ -35,8 +35,9 @@ Each key is one of:
 Settings this machine cannot run as asked are mapped and reported: `trainer.nnodes x trainer.n_gpus_per_node`
 ranks with `trainer.backend=local` train as one process (verl's batch sizes are global, so the optimizer steps see
 the same samples; `trainer.backend=ray` runs the ranks as data-parallel workers), `rollout.name=vllm|sglang|trtllm`
-generates with the fast engine, `actor.strategy=fsdp|fsdp2` trains as `dp`. A key verl does not have either is
-refused with the nearest valid key.
+generates with the fast engine. `actor.strategy=fsdp` trains with FSDP2 (`fsdp2`, torch's `fully_shard`), as do
+`fsdp2` and, with more than one rank, an unset strategy. A key verl does not have either is refused with the nearest
+valid key.
 
 Entry points: `python -m verl.trainer.main_ppo` (= `verl run` with verl's ppo_trainer defaults),
 `python -m verl.trainer.fsdp_sft_trainer` and `python -m verl.trainer.sft_trainer` (= `verl sft` with verl's SFT

@@ -19,27 +19,34 @@ from typing import Any, Optional
 from verl.config.schema_workers import (
     ActorConfig,
     ActorRolloutRefConfig,
+    CheckpointConfig,
     CriticConfig,
     CriticModelConfig,
+    FSDPConfig,
+    MixedPrecisionConfig,
     ModelConfig,
     OptimConfig,
     PolicyLossConfig,
     RefConfig,
     RolloutConfig,
     SamplingConfig,
+    WrapPolicyConfig,
 )
 
 __all__ = [
     "ActorConfig",
     "ActorRolloutRefConfig",
     "AlgorithmConfig",
+    "CheckpointConfig",
     "CompatSection",
     "CriticConfig",
     "CriticModelConfig",
     "CustomRewardFunctionConfig",
     "DataConfig",
+    "FSDPConfig",
     "FilterGroupsConfig",
     "KLControlConfig",
+    "MixedPrecisionConfig",
     "ModelConfig",
     "OptimConfig",
     "OverlongBufferConfig",
@@ -51,6 +58,7 @@ __all__ = [
     "SamplingConfig",
     "TrainerConfig",
     "TrainerSection",
+    "WrapPolicyConfig",
 ]
 
 
@@ -314,7 +322,7 @@ class CompatSection:
     """verl's old spellings, with the value given: each was written to the key it became"""
     mapped: dict[str, Any] = field(default_factory=dict)
     """settings changed to what this machine runs, with the value asked for: 8 GPUs with trainer.backend=local
-    train as one process, rollout.name=vllm generates with the fast engine, strategy=fsdp trains as dp"""
+    train as one process, rollout.name=vllm generates with the fast engine"""
 
 
 @dataclass

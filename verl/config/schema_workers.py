@@ -10,6 +10,69 @@ from typing import Any, Optional
 
 
 # --------------------------------------------------------------------------------------------------------------
+# FSDP2 (strategy fsdp2), verl's fsdp_config
+# --------------------------------------------------------------------------------------------------------------
+@dataclass
+class MixedPrecisionConfig:
+    """``fsdp_config.mixed_precision``: dtypes of FSDP2's gathered parameters and gradient reduction."""
+
+    param_dtype: Optional[str] = None
+    """dtype the gathered parameters compute in (bf16 | fp16 | fp32); None = bf16 on a GPU (verl's default),
+    the weights' own dtype on a CPU. The shards and the optimizer keep the weights' dtype"""
+    reduce_dtype: str = "fp32"
+    """dtype gradients are reduced (reduce-scattered) in"""
+    buffer_dtype: str = "fp32"
+    """FSDP1's buffer dtype: FSDP2 leaves buffers in the model's dtype; only fp32 is accepted"""
+
+
+@dataclass
+class WrapPolicyConfig:
+    """``fsdp_config.wrap_policy``: which modules become one FSDP unit each."""
+
+    transformer_layer_cls_to_wrap: Optional[Any] = None
+    """class name(s) of the modules sharded as one unit each (their parameters gathered together); None =
+    the model's decoder layer (its _no_split_modules)"""
+    min_num_params: int = 0
+    """FSDP1's size-based wrapping; FSDP2 wraps by layer class here, so only 0 is accepted"""
+
+
+@dataclass
+class FSDPConfig:
+    """``fsdp_config``: how a role is sharded with FSDP2 (strategy fsdp2). verl's names and defaults."""
+
+    fsdp_size: int = -1
+    """ranks that shard one copy of the model: -1 = all ranks; smaller (a divisor of the ranks) = hybrid
+    sharding, the groups replicating each other"""
+    reshard_after_forward: bool = True
+    """free the gathered parameters of a layer after its forward (gather again for the backward); false keeps
+    them until the backward (more memory, less communication)"""
+    param_offload: bool = False
+    """GPU: keep the parameter shards in CPU memory between phases (rollout, log-probs, update). On the CPU
+    they are there already"""
+    optimizer_offload: bool = False
+    """GPU: keep the optimizer state in CPU memory outside the update. On the CPU it is there already"""
+    offload_policy: bool = False
+    """GPU: FSDP2's CPUOffloadPolicy (shards on the CPU, the optimizer step on the CPU); refused on the CPU"""
+    mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
+    """dtypes of gathered parameters and gradient reduction"""
+    wrap_policy: WrapPolicyConfig = field(default_factory=WrapPolicyConfig)
+    """which modules are sharded as one unit"""
+
+
+@dataclass
+class CheckpointConfig:
+    """``checkpoint``: what a role's part of a checkpoint holds (verl's keys and values)."""
+
+    save_contents: list[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
+    """model (weights) | optimizer (its state) | extra (LR schedule, RNG states, shuffle generator) | hf_model (also
+    the whole weights as a HuggingFace model in the part's huggingface/ directory). Exact resume needs the
+    first three"""
+    load_contents: Optional[list[str]] = None
+    """what a resume reads of a checkpoint part (None = save_contents); a part missing from the checkpoint is a
+    clear error"""
+
+
+# --------------------------------------------------------------------------------------------------------------
 # actor_rollout_ref
 # --------------------------------------------------------------------------------------------------------------
 @dataclass
@@ -102,9 +165,14 @@ class PolicyLossConfig:
 class ActorConfig:
     """``actor_rollout_ref.actor``: the policy update."""
 
-    strategy: str = "dp"
-    """training backend: dp (one process, or DDP over trainer.backend=ray workers); fsdp / fsdp2 / megatron
-    are not built yet and refused"""
+    strategy: Optional[str] = None
+    """training backend of the actor, reference and critic: fsdp2 (FSDP2: each rank holds 1/N of the weights,
+    gradients and optimizer state; fsdp is accepted as its alias) | dp (each rank holds the whole model, DDP
+    between ranks) | None = fsdp2 when more than one rank trains, else dp. megatron is not built"""
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    """FSDP2 settings of the actor (strategy fsdp2)"""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """what the actor's part of a checkpoint holds"""
     ppo_mini_batch_size: int = 256
     """prompts per optimizer step (times rollout.n samples), as in verl"""
     ppo_micro_batch_size_per_gpu: Optional[int] = None
@@ -222,6 +290,8 @@ class RefConfig:
     """reference pass: micro-batches by token count; None = actor.use_dynamic_bsz"""
     log_prob_max_token_len_per_gpu: Optional[int] = None
     """reference pass: real tokens per micro-batch; None = actor.ppo_max_token_len_per_gpu"""
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    """FSDP2 settings of the reference model (sharded like the actor, without an optimizer)"""
 
 
 @dataclass
@@ -257,6 +327,8 @@ class CriticModelConfig:
     """recompute activations in backward to save memory"""
     use_remove_padding: Optional[bool] = None
     """padding-free forward passes (see actor_rollout_ref.model); None = the actor's setting"""
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    """FSDP2 settings of the value model (strategy fsdp2; the critic follows actor_rollout_ref.actor.strategy)"""
     override_config: dict[str, Any] = field(default_factory=dict)
     """free-form overrides of the value model's transformers config, applied before the weights load (see
     actor_rollout_ref.model.override_config, which the critic does not inherit)"""
@@ -294,3 +366,5 @@ class CriticConfig:
     """update: real tokens per micro-batch; None = actor.ppo_max_token_len_per_gpu"""
     forward_max_token_len_per_gpu: Optional[int] = None
     """value pass: real tokens per micro-batch; None = ppo_max_token_len_per_gpu"""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """what the critic's part of a checkpoint holds"""

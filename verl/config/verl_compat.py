@@ -282,8 +282,6 @@ def apply_sft_deferred(cfg: Any, deferred: dict[str, Any]) -> dict[str, Any]:
 
 NOT_BUILT_ENGINES = ("vllm", "sglang", "trtllm")
 """verl's inference-server rollout engines, not built here: mapped onto the fast engine"""
-SHARDED_STRATEGIES = ("fsdp", "fsdp2")
-"""verl's sharded training strategies, not built here: mapped onto dp (the same updates, unsharded)"""
 
 
 def fit_to_machine(cfg: Any) -> dict[str, Any]:
@@ -299,11 +297,9 @@ def fit_to_machine(cfg: Any) -> dict[str, Any]:
     _fit_loggers(cfg, remap)
     if "actor_rollout_ref" not in cfg:
         return mapped
-    rollout, actor = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.actor
+    rollout = cfg.actor_rollout_ref.rollout
     if rollout.name in NOT_BUILT_ENGINES:
         remap("actor_rollout_ref.rollout.name", "fast")
-    if actor.strategy in SHARDED_STRATEGIES:
-        remap("actor_rollout_ref.actor.strategy", "dp")
     if cfg.trainer.backend == "local":
         if _ranks(cfg) > 1:
             for key in ("trainer.nnodes", "trainer.n_gpus_per_node"):
@@ -371,11 +367,6 @@ def _mapped_notice(cfg: Any, key: str, asked: Any) -> str | None:
         return (
             f"{key}={asked}: the {asked} engine is not built here; generating with rollout.name={used} "
             "(KV-cached sampling with the same temperature / top_p / top_k)"
-        )
-    if key == "actor_rollout_ref.actor.strategy":
-        return (
-            f"{key}={asked}: sharded training is not built here; training with strategy={used} (the same "
-            "updates; each worker holds the whole model)"
         )
     if key == "trainer.logger":
         missing = [name for name in asked if name not in used]

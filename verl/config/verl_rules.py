@@ -47,8 +47,27 @@ def _deferred(pattern: str, why: str) -> Rule:
 
 # Why each group of keys changes nothing here.
 FSDP = (
-    "FSDP sharding / offload / wrapping of verl's GPU workers: training here is actor.strategy=dp (one process, "
-    "or DDP over trainer.backend=ray workers); the same updates, without sharding"
+    "a setting of verl's GPU engines with no counterpart in the FSDP2 engine here (actor.strategy=fsdp2: "
+    "fsdp_config.fsdp_size, reshard_after_forward, param_offload, optimizer_offload, offload_policy, "
+    "mixed_precision and wrap_policy are read)"
+)
+FSDP_KEYS = (
+    "param_offload",
+    "optimizer_offload",
+    "offload_policy",
+    "reshard_after_forward",
+    "fsdp_size",
+    "mixed_precision.*",
+    "wrap_policy.*",
+)
+"""the fsdp_config keys the FSDP2 engine reads (verl.config.schema_workers.FSDPConfig)"""
+SFT_FSDP = (
+    "FSDP settings of verl's SFT engine: verl sft trains in one process here (under torchrun, rank 0 trains); "
+    "sharded SFT is not built"
+)
+COMPUTE_DTYPE = (
+    "the compute dtype of verl's newer engine; FSDP2 here computes in fsdp_config.mixed_precision.param_dtype "
+    "(unset: bf16 on a GPU, the weights' dtype on a CPU)"
 )
 PROFILER = (
     "profiler hooks (nsys / torch / NPU): none is attached here; trainer.trace=true writes a per-step trace"
@@ -60,8 +79,8 @@ SERVER = (
 KERNELS = "a kernel or memory optimisation of verl's GPU workers: the same results, computed without it here"
 ULYSSES = "Ulysses sequence parallelism splits sequences over GPUs; every worker here holds whole sequences"
 CHECKPOINT = (
-    "checkpoint contents: a checkpoint here always holds the model, optimizer and everything exact resume "
-    "needs; `verl export` writes the HuggingFace model"
+    "how verl's engines load a checkpoint (strict key matching, Megatron bridges): loading here always checks "
+    "every key; checkpoint.save_contents / load_contents are read"
 )
 TARGET = "names the dataclass verl builds this section into; there is nothing to choose here"
 DERIVED = "an interpolation of other keys in verl; the same value comes from those keys here"
@@ -256,6 +275,30 @@ PPO_RULES: tuple[Rule, ...] = (
     _no("actor_rollout_ref.rollout.response_length", DERIVED + " (data.max_response_length)"),
     _no("actor_rollout_ref.rollout.n_gpus_per_node", DERIVED + " (trainer.n_gpus_per_node)"),
     _no("critic.loss_scale_factor", DERIVED + " (the critic's loss is a token mean here)"),
+    # FSDP2: verl >= 0.8 keeps the critic's engine settings under critic.fsdp
+    *(_rename(f"critic.fsdp.{key}", f"critic.model.fsdp_config.{key}") for key in FSDP_KEYS),
+    _rename("actor_rollout_ref.actor.fsdp_config.model_dtype", "actor_rollout_ref.model.torch_dtype"),
+    _rename("critic.model.fsdp_config.model_dtype", "critic.model.torch_dtype"),
+    _rename("critic.fsdp.model_dtype", "critic.model.torch_dtype"),
+    _no(
+        "actor_rollout_ref.ref.fsdp_config.model_dtype",
+        "the reference is a copy of the actor's weights, in their dtype (actor_rollout_ref.model.torch_dtype)",
+    ),
+    _no("*fsdp_config.dtype", COMPUTE_DTYPE),
+    _no("critic.fsdp.dtype", COMPUTE_DTYPE),
+    _no(
+        "*.forward_prefetch",
+        "FSDP1's prefetch switch: FSDP2 gathers the next layer during the current one by itself",
+    ),
+    _no("*.use_orig_params", "FSDP1's flat-parameter switch: FSDP2 always keeps the original parameters"),
+    _no(
+        "*fsdp_config.forward_only",
+        "marks verl's reference engine as inference-only: it is, here, without one",
+    ),
+    _no("critic.fsdp.forward_only", "marks an engine as inference-only; the critic trains"),
+    _no("*fsdp_config.strategy", STRATEGY),
+    _no("critic.fsdp.strategy", STRATEGY),
+    _no("*fsdp_config.seed", SEED),
     _no("*fsdp_config*", FSDP),
     _no("critic.fsdp.*", FSDP),
     _no("*profiler*", PROFILER),
@@ -476,8 +519,8 @@ SFT_RULES: tuple[Rule, ...] = (
     ),
     _no("data.ignore_input_ids_mismatch", "a template that does not render incrementally is a bad row here"),
     _no("data.val_max_samples", "verl sft here has no validation pass"),
-    _no("model.fsdp_config.*", FSDP),
-    _no("engine.*", FSDP),
+    _no("model.fsdp_config.*", SFT_FSDP),
+    _no("engine.*", SFT_FSDP),
     _no("model.enable_gradient_checkpointing", KERNELS),
     _no("model.enable_activation_offload", KERNELS),
     _no("model.use_liger", KERNELS),

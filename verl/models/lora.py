@@ -26,7 +26,7 @@ import copy
 import importlib.util
 import json
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +169,16 @@ def merged_copy(model: torch.nn.Module) -> torch.nn.Module:
     return _without_adapters(copy.deepcopy(model), merge=True)
 
 
+def plain_model_with(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """A new plain transformers model of ``model``'s architecture holding ``weights`` (a full state dict of
+    ``model``, gathered from its shards), adapters merged: what ``save_pretrained`` should write."""
+    fresh = type(model)(model.config)
+    if has_adapters(model):
+        fresh = _get_peft_model(fresh, adapter_config(model)).get_base_model()  # the same layer names
+    fresh.load_state_dict(weights)
+    return _without_adapters(fresh, merge=True) if has_adapters(fresh) else fresh
+
+
 def adapter_config(model: torch.nn.Module) -> Any:
     """The peft config of ``model``'s adapter (None without one): what a checkpoint saves beside the
     weights, so that a reader can rebuild the same layers."""
@@ -196,15 +206,17 @@ def _saved_rank(path: Path) -> int:
     return int(json.loads(path.read_text(encoding="utf-8")).get("r", 0))
 
 
-def load_merged(model: torch.nn.Module, checkpoint_part: str | Path) -> torch.nn.Module:
+def load_merged(
+    model: torch.nn.Module, checkpoint_part: str | Path, fill: Callable[[torch.nn.Module], None]
+) -> torch.nn.Module:
     """``model`` (new, built from the checkpoint's HF config) with the weights of a LoRA checkpoint part,
-    adapters merged (``merge_and_unload``): a plain transformers model to ``save_pretrained``."""
+    adapters merged (``merge_and_unload``): a plain transformers model to ``save_pretrained``. ``fill``
+    loads the part's weights (base and adapters, under peft's layer names) into a module."""
     from peft import LoraConfig
-    from safetensors.torch import load_model
 
     part = Path(checkpoint_part)
     config = LoraConfig.from_pretrained(str(part))
     config.base_model_name_or_path = None  # the training run's model path; the base here is the checkpoint's
     peft_model = _get_peft_model(model, config)
-    load_model(peft_model.get_base_model(), str(part / "model.safetensors"))
+    fill(peft_model.get_base_model())
     return peft_model.merge_and_unload()

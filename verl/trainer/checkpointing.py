@@ -185,10 +185,12 @@ def export_hf(
     replaced, and any other file there stays (the model is written to a temporary sibling first, so an
     interrupted export leaves ``out_dir`` as it was).
     """
+    import torch
     from safetensors.torch import load_model
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
     from verl.models.lora import ADAPTER_CONFIG, load_merged, peft_available, peft_missing_message
+    from verl.workers.engine.sharded_checkpoint import SHARDED_DIR, has_sharded_state, load_sharded
 
     path = Path(checkpoint).expanduser()
     if not path.exists():
@@ -202,8 +204,12 @@ def export_hf(
             raise InputError(f"{path} is neither a checkpoint (global_step_<N>) nor a run directory with one")
         path = latest
     source = path / part
-    if not (source / "model.safetensors").is_file():
-        raise InputError(f"{source} has no model.safetensors: is {path} a complete checkpoint with a {part}?")
+    sharded = has_sharded_state(source)
+    weights_file = source / (SHARDED_DIR if sharded else "model.safetensors")
+    if not sharded and not weights_file.is_file():
+        raise InputError(
+            f"{source} has no model.safetensors nor {SHARDED_DIR}/: is {path} a complete checkpoint with a {part}?"
+        )
     out = Path(out_dir).expanduser()
     if out.exists() and not out.is_dir():
         raise InputError(f"{out} is a file; give a directory to write the model to")
@@ -223,14 +229,19 @@ def export_hf(
         config = AutoConfig.from_pretrained(source / "huggingface")
         model_cls = AutoModelForCausalLM if part == "actor" else AutoModelForTokenClassification
         model = model_cls.from_config(config)
-        if lora:
-            model = load_merged(model, source)
-        else:
-            load_model(model, str(source / "model.safetensors"))
+
+        def fill(module: torch.nn.Module) -> None:
+            if sharded:  # every rank's shards, assembled in this process
+                load_sharded(module, None, source)
+            else:
+                load_model(module, str(weights_file))
+
+        model = load_merged(model, source, fill) if lora else model
+        if not lora:
+            fill(model)
     except Exception as error:  # corrupt or mismatched files: the checkpoint's fault, said in one line
         raise InputError(
-            f"checkpoint {path}: {source / 'model.safetensors'} cannot be read; is it whole? "
-            f"({describe_error(error)})"
+            f"checkpoint {path}: {weights_file} cannot be read; is it whole? ({describe_error(error)})"
         ) from error
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))

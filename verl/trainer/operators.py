@@ -52,8 +52,8 @@ BASELINES = {
 }
 
 # training engine name -> actor_rollout_ref.actor.strategy
-TRAINING_ENGINES = {"dp": "dp", "ddp": "dp"}
-NOT_BUILT_ENGINES = ("fsdp", "fsdp2", "megatron")
+TRAINING_ENGINES = {"fsdp2": "fsdp2", "fsdp": "fsdp2", "dp": "dp", "ddp": "dp"}
+NOT_BUILT_ENGINES = ("megatron",)
 
 LOSS_COMPONENTS = ("policy_loss", "kl_loss", "entropy")
 
@@ -173,8 +173,9 @@ class GRPOAdvantageOperator(Operator):
 class TrainingOperator(Operator):
     """Update the policy on the batch with advantages.
 
-    ``engine``: ``dp`` (alias ``ddp``), this repository's data-parallel actor: one worker, or DDP across
-    ``trainer.n_gpus_per_node`` Ray workers with ``trainer.backend=ray``. FSDP and Megatron are not built.
+    ``engine``: ``fsdp2`` (alias ``fsdp``): the weights, gradients and optimizer state sharded over the
+    ``trainer.n_gpus_per_node`` Ray workers (``trainer.backend=ray``); ``dp`` (alias ``ddp``): each worker
+    holds the whole model, DDP between them. Megatron is not built.
     ``loss_components``: ``policy_loss`` (required), ``kl_loss`` (``actor.use_kl_loss``, coefficient
     ``kl_loss_coef``) and ``entropy`` (an entropy bonus with ``entropy_coeff``).
     """
@@ -301,7 +302,7 @@ def _training_strategy(engine: str) -> str:
     if engine in NOT_BUILT_ENGINES:
         raise ValueError(
             f"TrainingOperator(engine={engine!r}): {engine} is not built in this repository; available: "
-            f"{available} (data parallel; set trainer.backend=ray and trainer.n_gpus_per_node=N for N workers)"
+            f"{available} (set trainer.backend=ray and trainer.n_gpus_per_node=N for N workers)"
         )
     raise ValueError(f"TrainingOperator(engine={engine!r}): unknown engine; available: {available}")
 

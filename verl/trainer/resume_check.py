@@ -63,6 +63,16 @@ MAY_CHANGE = (
     "reward_model.num_workers",
     "reward_model.timeout_s",
     "reward_model.num_examine",
+    # how many ranks train and how they hold the model: batch sizes are global, and a checkpoint loads on
+    # any number of ranks in either strategy (mixed precision, which changes the numbers, must stay)
+    "trainer.nnodes",
+    "trainer.n_gpus_per_node",
+    "actor_rollout_ref.actor.strategy",
+    "*.fsdp_config.fsdp_size",
+    "*.fsdp_config.reshard_after_forward",
+    "*.fsdp_config.*offload*",
+    "*.fsdp_config.wrap_policy.*",
+    "*.checkpoint.*",
     # how verl's settings were read: keys with no effect, and what was mapped to this machine (the values
     # used are the keys above and the rest of the config, compared as usual)
     "compat.*",

@@ -17,6 +17,50 @@ from verl.config import ConfigError, TrainerConfig, with_updates
 ComputeScore = Callable[..., Any]
 
 
+SHARDING_STRATEGIES = {
+    "FULL_SHARD": {},
+    "SHARD_GRAD_OP": {"reshard_after_forward": False},
+    "HYBRID_SHARD": {},
+}
+"""FSDP1's ``sharding_strategy`` names, as FSDP2 settings (HYBRID_SHARD also needs ``fsdp_size``)"""
+FSDP_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model")
+
+
+def fsdp_updates(fsdp_config: dict[str, Any]) -> dict[str, Any]:
+    """``RLTrainer(fsdp_config=...)``: FSDP2 (strategy fsdp2) with these ``fsdp_config`` settings for the
+    actor, reference and critic; FSDP1's ``sharding_strategy`` is read as its FSDP2 equivalent
+    (NO_SHARD: strategy dp)."""
+    settings = dict(fsdp_config)
+    sharding = settings.pop("sharding_strategy", "FULL_SHARD")
+    if sharding == "NO_SHARD":
+        return {"actor_rollout_ref.actor.strategy": "dp"}
+    if sharding not in SHARDING_STRATEGIES:
+        raise ConfigError(
+            f"RLTrainer(fsdp_config={{'sharding_strategy': {sharding!r}}}): unknown; use one of "
+            f"{', '.join([*SHARDING_STRATEGIES, 'NO_SHARD'])}"
+        )
+    if sharding == "HYBRID_SHARD" and "fsdp_size" not in settings:
+        raise ConfigError(
+            "RLTrainer(fsdp_config={'sharding_strategy': 'HYBRID_SHARD'}): give fsdp_size too, the number of "
+            "ranks that shard one replica"
+        )
+    settings = {**SHARDING_STRATEGIES[sharding], **settings}
+    updates: dict[str, Any] = {"actor_rollout_ref.actor.strategy": "fsdp2"}
+    for role in FSDP_ROLES:
+        updates.update({f"{role}.fsdp_config.{key}": value for key, value in _flat(settings).items()})
+    return updates
+
+
+def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def apply_seed_arguments(
     config: TrainerConfig,
     compute_score: ComputeScore | None,
@@ -27,13 +71,7 @@ def apply_seed_arguments(
     fsdp_config: dict[str, Any] | None = None,
 ) -> tuple[TrainerConfig, ComputeScore | None]:
     """The config with the keyword arguments applied, and the scoring function (``reward_model``)."""
-    if fsdp_config:
-        raise ConfigError(
-            f"RLTrainer(fsdp_config={fsdp_config!r}): the FSDP engine (actor_rollout_ref.actor.strategy=fsdp2) "
-            "is not built yet; the actor trains data parallel (strategy=dp): one worker, or DDP over "
-            "trainer.n_gpus_per_node Ray workers"
-        )
-    updates: dict[str, Any] = {}
+    updates: dict[str, Any] = fsdp_updates(fsdp_config) if fsdp_config else {}
     if actor_model is not None:
         updates["actor_rollout_ref.model.path"] = str(actor_model)
     if use_vllm:

@@ -14,8 +14,9 @@ import torch
 
 from verl.algorithms import LossContext, agg_loss, anneal, get_policy_loss_fn, kl_penalty
 from verl.protocol import DataProto
-from verl.workers.engine.batching import micro_batches, restore_order
+from verl.workers.engine.batching import lockstep_micro_batches, restore_order
 from verl.workers.engine.distributed import dp_world_size, unwrap
+from verl.workers.engine.fsdp import needs_lockstep
 from verl.workers.engine.scoring import PolicyScorer, response_mask_of
 from verl.workers.engine.trained import TrainedModel
 from verl.workers.engine.update_loop import RoleUpdate, UpdatePlan, run_update, share_of_tokens
@@ -60,11 +61,12 @@ def compute_log_prob(
     was_training = hf_model.training
     hf_model.eval()
     log_probs, entropies = [], []
-    micros, order = micro_batches(data, micro_batch_size, max_tokens)
+    micros, order, real = lockstep_micro_batches(data, micro_batch_size, max_tokens, needs_lockstep(scorer))
     for micro in micros:
         lp, ent = response_logprobs(scorer, micro, temperature, with_entropy)
         log_probs.append(lp)
         entropies.append(ent)
+    log_probs, entropies = log_probs[:real], entropies[:real]  # the rest kept an FSDP rank in step
     hf_model.train(was_training)
     entropy = restore_order(torch.cat(entropies), order) if with_entropy else None
     return restore_order(torch.cat(log_probs), order), entropy
@@ -126,7 +128,10 @@ class Actor(TrainedModel):
         max_tokens: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`compute_log_prob` under the current policy."""
-        return compute_log_prob(self.scorer, data, micro_batch_size, temperature, with_entropy, max_tokens)
+        with self.resident():
+            return compute_log_prob(
+                self.scorer, data, micro_batch_size, temperature, with_entropy, max_tokens
+            )
 
     def clip_scale(self, progress: float) -> float:
         """Factor applied to the clip ranges at this point of training (1 without a schedule)."""

@@ -13,8 +13,9 @@ import torch
 
 from verl.algorithms import compute_value_loss, masked_mean
 from verl.protocol import DataProto
-from verl.workers.engine.batching import micro_batches, restore_order
+from verl.workers.engine.batching import lockstep_micro_batches, restore_order
 from verl.workers.engine.distributed import unwrap
+from verl.workers.engine.fsdp import needs_lockstep
 from verl.workers.engine.scoring import ValueScorer, response_mask_of
 from verl.workers.engine.trained import TrainedModel
 from verl.workers.engine.update_loop import RoleUpdate, UpdatePlan, run_update, share_of_tokens
@@ -60,8 +61,11 @@ class Critic(TrainedModel):
         tokens (dynamic batch size) per forward pass."""
         was_training = self.hf_model.training
         self.hf_model.eval()
-        micros, order = micro_batches(data, micro_batch_size, max_tokens)
-        values = [response_values(self.scorer, micro) for micro in micros]
+        micros, order, real = lockstep_micro_batches(
+            data, micro_batch_size, max_tokens, needs_lockstep(self.scorer)
+        )
+        with self.resident():
+            values = [response_values(self.scorer, micro) for micro in micros][:real]
         self.hf_model.train(was_training)
         return restore_order(torch.cat(values), order)
 

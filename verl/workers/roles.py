@@ -12,7 +12,9 @@ when a KL term needs it, a frozen reference copy. ``CriticWorker`` holds the val
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,18 +24,22 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from verl.config import derive_sizes
+from verl.config.backends import training_strategy
 from verl.config.schema import TrainerConfig
 from verl.models import eos_token_ids, load_hf_model, load_value_model, resolve_device, tokenizer_for
-from verl.models.lora import apply_lora, base_model_copy, merged_copy
+from verl.models.lora import apply_lora, base_model_copy, merged_copy, plain_model_with
 from verl.protocol import DataProto
 from verl.single_controller import Dispatch, Worker, register
 from verl.utils.seeding import configure_torch_threads, set_seed
 from verl.workers.actor import Actor, compute_log_prob
 from verl.workers.critic import Critic
 from verl.workers.engine.distributed import init_distributed
+from verl.workers.engine.fsdp import Offload, gathered, shard
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
 from verl.workers.engine.packing import packed_attention_implementation
 from verl.workers.engine.scoring import PolicyScorer
+from verl.workers.engine.sharded_checkpoint import full_weights_on_rank0
+from verl.workers.engine.trained import TrainedModel
 from verl.workers.engine.update_loop import run_update
 from verl.workers.errors import (
     ACTOR_UPDATE_KNOBS,
@@ -91,6 +97,39 @@ def save_hf_metadata(hf_model: torch.nn.Module, tokenizer: Any, path: Path) -> N
         hf_model.generation_config.save_pretrained(path)
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
+
+
+def write_hf_model(role: TrainedModel, rank: int, path: str | Path) -> None:
+    """The role's whole model as a HuggingFace directory (weights and config), written by rank 0, LoRA
+    adapters merged into the weights; sharded, the weights are gathered first (a collective)."""
+    if role.sharded:
+        with role.resident():
+            weights = full_weights_on_rank0(role.hf_model)
+        if rank == 0:
+            plain_model_with(role.hf_model, weights).save_pretrained(path)
+    elif rank == 0:
+        merged_copy(role.hf_model).save_pretrained(path)
+
+
+def save_role_checkpoint(
+    role: TrainedModel, checkpoint_cfg: Any, tokenizer: Any, rank: int, path: str, background: bool
+) -> threading.Thread | None:
+    """This rank's part of a checkpoint (see verl.utils.checkpoint), the parts ``checkpoint.save_contents``
+    names, plus, from rank 0, the HF config and tokenizer that ``verl export`` turns it into a model directory
+    with (and, with ``hf_model``, the whole model there already)."""
+    contents = list(checkpoint_cfg.save_contents)
+    hf_dir = Path(path) / "huggingface"
+    if "hf_model" in contents:
+        write_hf_model(role, rank, hf_dir)
+    if rank == 0:
+        save_hf_metadata(role.hf_model, tokenizer, hf_dir)
+    return role.save_checkpoint(path, rank, background, contents)
+
+
+def load_contents(checkpoint_cfg: Any) -> list[str]:
+    """``checkpoint.load_contents``, which defaults to what is saved (verl's ``${.save_contents}``)."""
+    contents = checkpoint_cfg.load_contents
+    return list(checkpoint_cfg.save_contents if contents is None else contents)
 
 
 def trainer_config(config: Any) -> DictConfig:
@@ -166,17 +205,36 @@ class ActorRolloutRefWorker(Worker):
         ).to(self.device)
         # LoRA (lora_rank > 0): adapters injected in place, only they train; the optimizer gets only them.
         self.actor_model = apply_lora(self.actor_model, model_cfg)
-        optimizer, lr_scheduler = prepare_for_training(
-            self.actor_model, model_cfg, arr.actor.optim, total_training_steps
-        )
         scoring = {
             "remove_padding": model_cfg.use_remove_padding,
             "chunk_size": model_cfg.log_prob_chunk_size,
             "share_prompts": model_cfg.share_prompts,
         }
-        # Same shuffle seed on every rank; Actor wraps its scorer in DDP when data parallelism is on.
+        self.sharded = training_strategy(config) == "fsdp2"
+        self.ref_model = self.ref_scorer = self.ref_offload = None
+        if need_ref:
+            # The reference starts from the same weights and never trains: a deep copy (taken before the
+            # actor is sharded) saves a second load; with LoRA, the base weights without the adapters.
+            self.ref_model = base_model_copy(self.actor_model)
+            self.ref_scorer = PolicyScorer(self.ref_model, **scoring)
+            if self.sharded:
+                key = "actor_rollout_ref.ref.fsdp_config"
+                shard(self.ref_scorer, self.ref_model, arr.ref.fsdp_config, self.device, key)
+                self.ref_offload = Offload(self.ref_scorer, arr.ref.fsdp_config, self.device, key)
+        optimizer, lr_scheduler = prepare_for_training(
+            self.actor_model, model_cfg, arr.actor.optim, total_training_steps
+        )
+        # Same shuffle seed on every rank; Actor shards its scorer (fsdp2), or wraps it in DDP when data
+        # parallelism is on.
         self.actor = Actor(
-            self.actor_model, arr.actor, optimizer, lr_scheduler, seed=config.trainer.seed, **scoring
+            self.actor_model,
+            arr.actor,
+            optimizer,
+            lr_scheduler,
+            seed=config.trainer.seed,
+            fsdp_config=arr.actor.fsdp_config if self.sharded else None,
+            fsdp_key="actor_rollout_ref.actor.fsdp_config",
+            **scoring,
         )
 
         self.eos_token_ids = eos_token_ids(self.tokenizer, self.actor_model)
@@ -184,12 +242,6 @@ class ActorRolloutRefWorker(Worker):
         self.rollout = rollout_cls(
             self.actor_model, self.eos_token_ids, self.tokenizer.pad_token_id, arr.rollout.micro_batch_size
         )
-        self.ref_model = self.ref_scorer = None
-        if need_ref:
-            # The reference starts from the same weights and never trains: a deep copy saves a second load
-            # (with LoRA, the base weights without the adapters).
-            self.ref_model = base_model_copy(self.actor_model)
-            self.ref_scorer = PolicyScorer(self.ref_model, **scoring)
 
     def sampling_params(self, validate: bool) -> SamplingParams:
         rollout_cfg = self.config.actor_rollout_ref.rollout
@@ -206,7 +258,10 @@ class ActorRolloutRefWorker(Worker):
         The prompts' other per-sample fields come back with the output, so the result is the whole batch
         the next steps need.
         """
-        output = self.rollout.generate_sequences(prompts, self.sampling_params(validate))
+        # Sharded, the full weights are gathered once for the whole generation (the hybrid engine's
+        # resharding), and freed after it.
+        with self.actor.resident(), gathered(self.actor.scorer):
+            output = self.rollout.generate_sequences(prompts, self.sampling_params(validate))
         # Fields the rollout does not produce (uid, ground truth, reward baselines, ...) pass through.
         for key, values in prompts.non_tensor_batch.items():
             output.non_tensor_batch.setdefault(key, values)
@@ -239,13 +294,14 @@ class ActorRolloutRefWorker(Worker):
             raise RuntimeError(
                 "compute_ref_log_prob called but no reference model was built (no KL term is on)"
             )
-        log_probs, _ = compute_log_prob(
-            self.ref_scorer,
-            data,
-            self.config.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu,
-            self.config.actor_rollout_ref.rollout.temperature,
-            max_tokens=self.sizes.ref_max_tokens,
-        )
+        with self.ref_offload.resident() if self.ref_offload else contextlib.nullcontext():
+            log_probs, _ = compute_log_prob(
+                self.ref_scorer,
+                data,
+                self.config.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu,
+                self.config.actor_rollout_ref.rollout.temperature,
+                max_tokens=self.sizes.ref_max_tokens,
+            )
         return DataProto.from_dict(tensors={"ref_log_prob": log_probs})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_METRICS)
@@ -268,21 +324,28 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_hf(self, path: str) -> None:
         """Write the current policy as a HuggingFace directory (weights, config, tokenizer); rank 0 writes."""
+        write_hf_model(self.actor, self.rank, path)
         if self.rank == 0:
-            merged_copy(self.actor_model).save_pretrained(path)  # LoRA adapters merged into the weights
             self.tokenizer.save_pretrained(path)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, path: str, background: bool = False) -> None:
         """This rank's part of a checkpoint (see verl.utils.checkpoint), plus, from rank 0, the HF
         config and tokenizer that ``verl export`` turns it into a model directory with."""
-        if self.rank == 0:
-            save_hf_metadata(self.actor_model, self.tokenizer, Path(path) / "huggingface")
-        self._save_thread = self.actor.save_checkpoint(path, self.rank, background)
+        self._save_thread = save_role_checkpoint(
+            self.actor,
+            self.config.actor_rollout_ref.actor.checkpoint,
+            self.tokenizer,
+            self.rank,
+            path,
+            background,
+        )
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, path: str) -> None:
-        self.actor.load_checkpoint(path, self.rank)
+        self.actor.load_checkpoint(
+            path, self.rank, load_contents(self.config.actor_rollout_ref.actor.checkpoint)
+        )
 
     def get_state(self) -> dict[str, Any]:
         """Weights, optimizer and LR schedule: what a restarted worker needs to carry on training."""
@@ -323,6 +386,7 @@ class CriticWorker(Worker):
         optimizer, lr_scheduler = prepare_for_training(
             self.value_model, model_cfg, critic_cfg.optim, total_training_steps
         )
+        sharded = training_strategy(config) == "fsdp2"
         self.critic = Critic(
             self.value_model,
             critic_cfg,
@@ -330,6 +394,8 @@ class CriticWorker(Worker):
             lr_scheduler,
             seed=config.trainer.seed,
             remove_padding=remove_padding,
+            fsdp_config=model_cfg.fsdp_config if sharded else None,
+            fsdp_key="critic.model.fsdp_config",
         )
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
@@ -358,13 +424,13 @@ class CriticWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, path: str, background: bool = False) -> None:
-        if self.rank == 0:
-            save_hf_metadata(self.value_model, None, Path(path) / "huggingface")
-        self._save_thread = self.critic.save_checkpoint(path, self.rank, background)
+        self._save_thread = save_role_checkpoint(
+            self.critic, self.config.critic.checkpoint, None, self.rank, path, background
+        )
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, path: str) -> None:
-        self.critic.load_checkpoint(path, self.rank)
+        self.critic.load_checkpoint(path, self.rank, load_contents(self.config.critic.checkpoint))
 
     def get_state(self) -> dict[str, Any]:
         return self.critic.training_state()

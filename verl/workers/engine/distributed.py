@@ -69,6 +69,15 @@ def all_reduce_sum(values: dict[str, float]) -> dict[str, float]:
     return dict(zip(keys, packed.tolist(), strict=True))
 
 
+def all_reduce_max(value: int) -> int:
+    """The largest ``value`` over the ranks (``value`` itself without distributed)."""
+    if not is_distributed():
+        return value
+    packed = torch.tensor([value], dtype=torch.int64, device=_comm_device())
+    dist.all_reduce(packed, op=dist.ReduceOp.MAX)
+    return int(packed.item())
+
+
 def wrap_ddp(module: torch.nn.Module) -> torch.nn.Module:
     """DDP around a trained module when distributed is on, else the module itself (also if already DDP).
 

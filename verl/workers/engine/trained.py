@@ -2,17 +2,38 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_model, save_model
+import torch.distributed as dist
+from safetensors.torch import load_file, load_model, save_model
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
 
+from verl.errors import InputError
 from verl.models.lora import adapter_config, check_checkpoint_adapters
 from verl.utils.checkpoint import atomic_torch_save, rng_state, set_rng_state
 from verl.workers.engine.distributed import unwrap, wrap_ddp
+from verl.workers.engine.fsdp import Offload, shard_with_optimizer
+from verl.workers.engine.sharded_checkpoint import (
+    has_sharded_state,
+    load_full_into_sharded,
+    load_sharded,
+    save_sharded,
+    sharded_parts,
+)
+
+FULL_CONTENTS = ("model", "optimizer", "extra")
+"""what a checkpoint part holds for exact resume (verl's default checkpoint.save_contents)"""
 
 
 def shuffle_generator(seed: int | None) -> torch.Generator:
@@ -37,9 +58,12 @@ class TrainedModel:
     - ``hf_model``: the plain HuggingFace model (what checkpoints hold, shared with the rollout);
     - ``scorer``: the module the forward passes go through (a `verl.workers.engine.scoring` wrapper
       around ``hf_model``; ``hf_model`` itself when none is given);
-    - ``trained``: what the optimizer step follows: with an optimizer and distributed on, the scorer in
-      DDP (DDP must see the whole forward), else the scorer. Building DDP is a collective, so every
-      rank builds it together. Without an optimizer nothing is wrapped.
+    - ``trained``: what the optimizer step follows: sharded, the scorer itself (FSDP2's root); with an
+      optimizer and DDP on, the scorer in DDP (DDP must see the whole forward); else the scorer.
+
+    ``fsdp_config`` (strategy fsdp2) shards the scorer in place over the ranks
+    (`verl.workers.engine.fsdp`); ``optimizer`` may have been built over the unsharded parameters and
+    then follows their shards. Sharding, like building DDP, is a collective: every rank builds together.
     """
 
     def __init__(
@@ -50,55 +74,103 @@ class TrainedModel:
         lr_scheduler: Any = None,
         seed: int | None = None,
         scorer: torch.nn.Module | None = None,
+        fsdp_config: Any = None,
+        fsdp_key: str = "fsdp_config",
     ) -> None:
         self.config = config
         self.hf_model = unwrap(hf_model)
         self.scorer = scorer if scorer is not None else self.hf_model
-        self.trained = wrap_ddp(self.scorer) if optimizer is not None else self.scorer
+        self.sharded = fsdp_config is not None
+        self.checkpoint_group = None
+        self.offload: Offload | None = None
+        if self.sharded:
+            device = next(self.hf_model.parameters()).device
+            shard_with_optimizer(self.scorer, self.hf_model, fsdp_config, device, fsdp_key, optimizer)
+            self.trained = self.scorer
+            # Background checkpoints write over their own group, never interleaved with training's.
+            self.checkpoint_group = dist.new_group(backend="gloo")
+            self.offload = Offload(self.scorer, fsdp_config, device, fsdp_key, optimizer)
+        else:
+            self.trained = wrap_ddp(self.scorer) if optimizer is not None else self.scorer
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
         self.generator = shuffle_generator(seed)
 
+    def resident(self, optimizer: bool = False) -> contextlib.AbstractContextManager[None]:
+        """The weights (and, with ``optimizer``, the optimizer state) on the device for a phase, when
+        ``fsdp_config`` offloads them to CPU memory between phases (`verl.workers.engine.fsdp.Offload`)."""
+        return self.offload.resident(optimizer) if self.offload else contextlib.nullcontext()
+
     def training_state(self) -> dict[str, Any]:
-        """A copy of the weights, optimizer and LR schedule that later steps cannot change."""
+        """A copy of the weights, optimizer and LR schedule that later steps cannot change (this rank's
+        shards when sharded)."""
+        if self.sharded:
+            with self.resident(optimizer=True):
+                model = get_model_state_dict(self.hf_model)
+                optim = get_optimizer_state_dict(self.hf_model, self.optimizer)
+        else:
+            model, optim = self.hf_model.state_dict(), self.optimizer.state_dict()
         return copy.deepcopy(
-            {
-                "model": self.hf_model.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "lr_scheduler": self.lr_scheduler.state_dict(),
-            }
+            {"model": model, "optimizer": optim, "lr_scheduler": self.lr_scheduler.state_dict()}
         )
 
     def load_training_state(self, state: dict[str, Any]) -> None:
-        self.hf_model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        if self.sharded:
+            with self.resident(optimizer=True):
+                set_model_state_dict(self.hf_model, state["model"])
+                set_optimizer_state_dict(self.hf_model, self.optimizer, state["optimizer"])
+        else:
+            self.hf_model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
         self.lr_scheduler.load_state_dict(state["lr_scheduler"])
 
     # ------------------------------------------------------------------ checkpoints on disk
 
     def save_checkpoint(
-        self, path: str | Path, rank: int, background: bool = False
+        self,
+        path: str | Path,
+        rank: int,
+        background: bool = False,
+        contents: Sequence[str] = FULL_CONTENTS,
     ) -> threading.Thread | None:
-        """Write this rank's part of a checkpoint into ``path``: weights, optimizer and LR schedule from
-        rank 0 (they are the same on every rank), the RNG states and shuffle generator from each rank.
-        A ``done_rank<r>`` file is written last, so a reader knows the part is complete. A model with LoRA
-        adapters also gets their peft config (``adapter_config.json``): its weights file holds the base and
-        adapter weights under peft's layer names, which a reader (``verl export``) must rebuild.
+        """Write this rank's part of a checkpoint into ``path`` (layouts: `verl.workers.engine.sharded_checkpoint`).
+
+        ``contents`` (verl's ``checkpoint.save_contents``): ``model`` (the weights), ``optimizer`` (its
+        state), ``extra`` (LR schedule, each rank's RNG states and shuffle generator). Replicated, rank 0
+        writes weights and optimizer (the same on every rank); sharded, every rank writes its shards (a
+        collective). A ``done_rank<r>`` file is written last, so a reader knows the part is complete. A
+        model with LoRA adapters also gets their peft config (``adapter_config.json``): its weights hold
+        the base and adapter weights under peft's layer names, which a reader (``verl export``) must rebuild.
 
         ``background=True`` copies the state now and writes it in a thread (returned), so training can
         go on while the files are written.
         """
         path = Path(path)
-        state = {"rng": rng_state(), "generator": self.generator.get_state()}
+        model, optimizer, extra = (part in contents for part in FULL_CONTENTS)
+        state: dict[str, Any] = {}
+        if extra:
+            state["rng"] = {"rng": rng_state(), "generator": self.generator.get_state()}
         if rank == 0:
-            state["model"] = self.hf_model  # safetensors' save_model handles tied weights
-            state["optim"] = {
-                "optimizer": self.optimizer.state_dict(),
-                "lr_scheduler": self.lr_scheduler.state_dict(),
-            }
             state["adapter"] = adapter_config(self.hf_model)
+            state["optim"] = {"lr_scheduler": self.lr_scheduler.state_dict()} if extra else {}
+            if not self.sharded:
+                if model:
+                    state["model"] = self.hf_model  # safetensors' save_model handles tied weights
+                if optimizer:
+                    state["optim"]["optimizer"] = self.optimizer.state_dict()
+        if self.sharded and (model or optimizer):
+            path.mkdir(parents=True, exist_ok=True)
+            with self.resident(optimizer=True):  # a background save copies the shards to CPU memory first
+                state["shards"] = save_sharded(
+                    self.hf_model,
+                    self.optimizer if optimizer else None,
+                    path,
+                    self.checkpoint_group,
+                    background=background,
+                    model=model,
+                )
         if background:
-            state = copy.deepcopy(state)
+            state = {k: (v if k == "shards" else copy.deepcopy(v)) for k, v in state.items()}
             thread = threading.Thread(
                 target=_write_part, args=(path, rank, state), name="verl-save", daemon=True
             )
@@ -107,29 +179,83 @@ class TrainedModel:
         _write_part(path, rank, state)
         return None
 
-    def load_checkpoint(self, path: str | Path, rank: int) -> None:
-        """Restore what :meth:`save_checkpoint` wrote; a rank with no RNG file of its own (the run had
-        fewer ranks) takes rank 0's."""
+    def load_checkpoint(self, path: str | Path, rank: int, contents: Sequence[str] = FULL_CONTENTS) -> None:
+        """Restore ``contents`` (verl's ``checkpoint.load_contents``) of what :meth:`save_checkpoint` wrote,
+        in either layout and from any number of ranks; a rank with no RNG file of its own (the run had
+        fewer ranks) takes rank 0's. A part asked for and not in the checkpoint is an InputError."""
         path = Path(path)
         check_checkpoint_adapters(path, self.hf_model)
-        load_model(self.hf_model, str(path / "model.safetensors"))
-        optim = torch.load(path / "optim.pt", weights_only=False)
-        self.optimizer.load_state_dict(optim["optimizer"])
-        self.lr_scheduler.load_state_dict(optim["lr_scheduler"])
-        rng_file = path / f"rng_rank{rank}.pt"
-        rng = torch.load(rng_file if rng_file.exists() else path / "rng_rank0.pt", weights_only=False)
-        set_rng_state(rng["rng"])
-        self.generator.set_state(rng["generator"])
+        held = checkpoint_contents(path)
+        missing = [part for part in contents if part in FULL_CONTENTS and part not in held]
+        if missing:
+            raise InputError(
+                f"checkpoint {path} holds {', '.join(held) or 'nothing'} but not {', '.join(missing)} (it was "
+                "saved with checkpoint.save_contents without them); leave them out of checkpoint.load_contents"
+            )
+        model, optimizer, extra = (part in contents for part in FULL_CONTENTS)
+        optim = torch.load(path / "optim.pt", weights_only=False) if (path / "optim.pt").is_file() else {}
+        if has_sharded_state(path):
+            with self.resident(optimizer=True):
+                load_sharded(self.hf_model, self.optimizer if optimizer else None, path, model=model)
+        elif self.sharded:
+            weights = (
+                with_tied_names(self.hf_model, load_file(str(path / "model.safetensors"))) if model else None
+            )
+            with self.resident(optimizer=True):
+                load_full_into_sharded(
+                    self.hf_model, self.optimizer, weights, optim.get("optimizer") if optimizer else None
+                )
+        else:
+            if model:
+                load_model(self.hf_model, str(path / "model.safetensors"))
+            if optimizer:
+                self.optimizer.load_state_dict(optim["optimizer"])
+        if extra:
+            self.lr_scheduler.load_state_dict(optim["lr_scheduler"])
+            rng_file = path / f"rng_rank{rank}.pt"
+            rng = torch.load(rng_file if rng_file.exists() else path / "rng_rank0.pt", weights_only=False)
+            set_rng_state(rng["rng"])
+            self.generator.set_state(rng["generator"])
+
+
+def checkpoint_contents(part: Path) -> list[str]:
+    """Which of model / optimizer / extra a checkpoint part holds, in either layout."""
+    optim = torch.load(part / "optim.pt", weights_only=False) if (part / "optim.pt").is_file() else {}
+    sharded = sharded_parts(part) if has_sharded_state(part) else set()
+    held = {
+        "model": "model" in sharded or (part / "model.safetensors").is_file(),
+        "optimizer": "optim" in sharded or "optimizer" in optim,
+        "extra": "lr_scheduler" in optim and (part / "rng_rank0.pt").is_file(),
+    }
+    return [name for name in FULL_CONTENTS if held[name]]
+
+
+def with_tied_names(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``weights`` (a safetensors file stores a tied weight once) under every name the model's tied
+    parameters have."""
+    names: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(param), []).append(name)
+    full = dict(weights)
+    for aliases in names.values():
+        stored = next((weights[n] for n in aliases if n in weights), None)
+        if stored is not None:
+            full.update(dict.fromkeys(aliases, stored))
+    return full
 
 
 def _write_part(path: Path, rank: int, state: dict[str, Any]) -> None:
     path.mkdir(parents=True, exist_ok=True)
+    if state.get("shards") is not None:
+        state["shards"].result()  # the sharded weights and optimizer, written by DCP in the background
     if "model" in state:
         tmp = path / ".model.safetensors.tmp"
         save_model(state["model"], str(tmp))
         tmp.replace(path / "model.safetensors")
+    if state.get("optim"):
         atomic_torch_save(state["optim"], path / "optim.pt")
-        if state["adapter"] is not None:
-            state["adapter"].save_pretrained(str(path))  # adapter_config.json
-    atomic_torch_save({"rng": state["rng"], "generator": state["generator"]}, path / f"rng_rank{rank}.pt")
+    if state.get("adapter") is not None:
+        state["adapter"].save_pretrained(str(path))  # adapter_config.json
+    if "rng" in state:
+        atomic_torch_save(state["rng"], path / f"rng_rank{rank}.pt")
     (path / f"done_rank{rank}").write_text("")

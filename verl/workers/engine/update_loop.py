@@ -27,13 +27,14 @@ from typing import Generic, TypeVar
 import torch
 
 from verl.protocol import DataProto
-from verl.workers.engine.batching import micro_batches
+from verl.workers.engine.batching import lockstep_micro_batches
 from verl.workers.engine.distributed import (
     all_reduce_sum,
     dp_world_size,
     gradient_sync,
     local_mini_batch_size,
 )
+from verl.workers.engine.fsdp import needs_lockstep
 from verl.workers.engine.optim import clip_and_step, record_optimizer_step, summarize_metrics
 from verl.workers.engine.trained import TrainedModel
 
@@ -76,6 +77,11 @@ class RoleUpdate(Generic[C]):
 
 def run_update(model: TrainedModel, update: RoleUpdate[C]) -> dict[str, float]:
     """Train ``model`` as ``update`` describes; one value per metric (see `summarize_metrics`)."""
+    with model.resident(optimizer=True):
+        return _run_update(model, update)
+
+
+def _run_update(model: TrainedModel, update: RoleUpdate[C]) -> dict[str, float]:
     data, plan, prefix = update.data, update.plan, update.prefix
     model.trained.train()
     local_mini = local_mini_batch_size(plan.mini_batch_size, len(data))
@@ -88,10 +94,14 @@ def run_update(model: TrainedModel, update: RoleUpdate[C]) -> dict[str, float]:
         counts = all_reduce_sum({"tokens": mini.batch["response_mask"].sum().item(), "seqs": len(mini)})
         context = update.mini_batch_context(counts["tokens"], counts["seqs"])
         shares: dict[str, float] = defaultdict(float)
-        micros, _ = micro_batches(mini, plan.micro_batch_size, plan.max_tokens)
+        micros, _, real = lockstep_micro_batches(
+            mini, plan.micro_batch_size, plan.max_tokens, needs_lockstep(model.trained)
+        )
         for i, micro in enumerate(micros):
             with gradient_sync(model.trained, sync=i == len(micros) - 1):
-                loss = update.micro_batch_loss(micro, context, shares)
+                loss = update.micro_batch_loss(micro, context, shares if i < real else defaultdict(float))
+                if i >= real:  # a pass that only keeps an FSDP rank in step: no gradient, no metrics
+                    loss = loss * 0.0
                 # The loss is this rank's share of the global mini-batch loss, and DDP AVERAGES gradients
                 # over the ranks; scaling by the world size turns that average into the sum.
                 (loss * dp_world_size()).backward()

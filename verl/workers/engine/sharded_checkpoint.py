@@ -1,0 +1,132 @@
+"""Checkpoints of FSDP2-sharded roles with ``torch.distributed.checkpoint`` (DCP), and moving weights and
+optimizer state between the two formats a role checkpoint can have.
+
+- ``dp`` (replicated weights): rank 0 writes ``model.safetensors`` and ``optim.pt`` (optimizer + LR
+  schedule, torch's own format: the optimizer state keyed by parameter index).
+- ``fsdp2``: every rank writes its shards of the weights and of the optimizer state into
+  ``model_optim/`` (DCP: ``.metadata`` and one ``__<rank>_0.distcp`` per rank), keyed by parameter
+  name; rank 0 writes the LR schedule into ``optim.pt``.
+
+A DCP checkpoint loads into any number of ranks, sharded or not (DCP reshards on load), and into a
+``dp`` role; a ``dp`` checkpoint loads into a sharded role (each rank cuts its shards from the full
+tensors). ``verl export`` reads either (`full_model_state`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+SHARDED_DIR = "model_optim"
+"""the DCP directory of a role checkpoint part: weights and optimizer state, all ranks' shards"""
+
+
+def has_sharded_state(part: str | Path) -> bool:
+    return (Path(part) / SHARDED_DIR / ".metadata").is_file()
+
+
+def _state(
+    hf_model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, model: bool = True
+) -> dict[str, Any]:
+    """The state DCP saves and loads in place: parameter-name keyed, each rank's shards (or full tensors
+    for a replicated model); the weights unless not ``model``, the optimizer's state when one is given."""
+    state = {"model": get_model_state_dict(hf_model)} if model else {}
+    if optimizer is not None:
+        state["optim"] = get_optimizer_state_dict(hf_model, optimizer)
+    return state
+
+
+def sharded_parts(part: Path) -> set[str]:
+    """What the DCP checkpoint in ``part`` holds: ``model`` (weights) and/or ``optim`` (optimizer state)."""
+    metadata = dcp.FileSystemReader(str(part / SHARDED_DIR)).read_metadata()
+    return {key.split(".", 1)[0] for key in metadata.state_dict_metadata}
+
+
+def save_sharded(
+    hf_model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    part: Path,
+    process_group: dist.ProcessGroup | None = None,
+    background: bool = False,
+    model: bool = True,
+) -> Future | None:
+    """Write this rank's shards (the weights unless not ``model``, the optimizer's state when one is
+    given) into ``part / model_optim`` (a collective: every rank calls it).
+
+    ``background``: the shards are copied to CPU memory now and written by DCP's own thread over
+    ``process_group`` (a group kept for checkpoints, so its messages never mix with training's);
+    returns the future that completes when the files are written."""
+    state = _state(hf_model, optimizer, model)
+    target = str(part / SHARDED_DIR)
+    if background:
+        return dcp.async_save(state, checkpoint_id=target, process_group=process_group)
+    dcp.save(state, checkpoint_id=target)
+    return None
+
+
+def load_sharded(
+    hf_model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, part: Path, model: bool = True
+) -> None:
+    """Read ``part / model_optim`` into the model (unless not ``model``) and the optimizer (when given),
+    whatever the number of ranks it was written by and whether the model here is sharded."""
+    state = _state(hf_model, optimizer, model)
+    with warnings.catch_warnings():
+        # Without a process group DCP reads every shard in this process, which is the intent; it warns.
+        warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process")
+        dcp.load(state, checkpoint_id=str(part / SHARDED_DIR))
+    if model:
+        set_model_state_dict(hf_model, state["model"])
+    if optimizer is not None:
+        set_optimizer_state_dict(hf_model, optimizer, state["optim"])
+
+
+def load_full_into_sharded(
+    hf_model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    weights: dict[str, torch.Tensor] | None,
+    optimizer_state: dict[str, Any] | None,
+) -> None:
+    """Load a replicated (``dp``) checkpoint's full weights, and its index-keyed optimizer state, into a
+    sharded model: each rank keeps its shards.
+
+    The optimizer state's indices are the order of the optimizer's parameters, which `build_optimizer`
+    takes from ``hf_model.parameters()`` in both strategies; they become the parameters' names."""
+    full = StateDictOptions(full_state_dict=True)
+    if weights is not None:
+        set_model_state_dict(hf_model, weights, options=full)
+    if optimizer is None or optimizer_state is None:
+        return
+    names = {id(p): n for n, p in hf_model.named_parameters()}
+    ordered = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    by_name = {
+        "state": {ordered[i]: s for i, s in optimizer_state["state"].items()},
+        "param_groups": [
+            {**g, "params": [ordered[i] for i in g["params"]]} for g in optimizer_state["param_groups"]
+        ],
+    }
+    set_optimizer_state_dict(hf_model, optimizer, by_name, options=full)
+
+
+def full_model_state(part: Path, hf_model: torch.nn.Module) -> None:
+    """Fill ``hf_model`` (plain, in this process, no process group) with the full weights of the DCP
+    checkpoint in ``part``: what ``verl export`` writes out."""
+    load_sharded(hf_model, None, part)
+
+
+def full_weights_on_rank0(hf_model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The whole weights of a sharded model, in CPU memory, on rank 0 (empty on the other ranks); a
+    collective, gathered one tensor at a time."""
+    return get_model_state_dict(hf_model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
