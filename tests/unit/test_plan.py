@@ -31,6 +31,16 @@ def test_old_log_probs_come_from_the_engine_that_returns_them():
     assert plan_of("algorithm.use_kl_in_reward=true").old_log_probs == "from_rollout"
 
 
+def test_old_log_probs_are_recomputed_when_the_actor_computes_in_reduced_precision():
+    """The engine's log-probs equal the actor's only in fp32; in bf16 they round differently."""
+    two_steps = "actor_rollout_ref.actor.ppo_mini_batch_size=8"
+    assert plan_of(two_steps, "actor_rollout_ref.model.torch_dtype=bf16").old_log_probs == "recompute"
+    fsdp = (two_steps, "actor_rollout_ref.actor.strategy=fsdp2")
+    assert plan_of(*fsdp).old_log_probs == "from_rollout"  # on the CPU FSDP2 computes in the weights' fp32
+    bf16 = "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16"
+    assert plan_of(*fsdp, bf16).old_log_probs == "recompute"
+
+
 def test_kl_terms_need_the_reference():
     assert plan_of("actor_rollout_ref.actor.use_kl_loss=true").ref
     in_reward = plan_of("algorithm.use_kl_in_reward=true")

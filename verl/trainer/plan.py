@@ -5,8 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import torch
+
 from verl.algorithms import get_kl_controller
 from verl.config import DerivedSizes, TrainerConfig
+from verl.config.backends import training_strategy
+from verl.models.loading import resolve_dtype
+from verl.models.plumbing import resolve_device
 from verl.workers.rollout import get_rollout_class
 
 OldLogProbs = Literal["recompute", "from_rollout", "not_needed"]
@@ -103,4 +108,21 @@ def _old_log_probs(config: TrainerConfig, sizes: DerivedSizes) -> OldLogProbs:
     if not needed:
         return "not_needed"
     rollout_cls = get_rollout_class(config.actor_rollout_ref.rollout.name)
-    return "from_rollout" if rollout_cls.returns_log_probs else "recompute"
+    if not rollout_cls.returns_log_probs or reduced_precision(config):
+        return "recompute"
+    return "from_rollout"
+
+
+def reduced_precision(config: TrainerConfig) -> bool:
+    """Whether the actor computes in bf16 / fp16 (its weights' dtype, or FSDP2's mixed precision: bf16 on a
+    GPU unless set). The rollout engine's log-probs equal the actor's only in fp32: in a reduced precision
+    the engine's decode step and the actor's forward round differently, so π_old is recomputed."""
+    arr = config.actor_rollout_ref
+    if resolve_dtype(arr.model.torch_dtype) != torch.float32:
+        return True
+    if training_strategy(config) != "fsdp2":
+        return False
+    param_dtype = arr.actor.fsdp_config.mixed_precision.param_dtype
+    if param_dtype is None:
+        return resolve_device(config.trainer.device).type == "cuda"
+    return resolve_dtype(param_dtype) != torch.float32

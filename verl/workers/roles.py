@@ -33,7 +33,7 @@ from verl.single_controller import Dispatch, Worker, register
 from verl.utils.seeding import configure_torch_threads, set_seed
 from verl.workers.actor import Actor, compute_log_prob
 from verl.workers.critic import Critic
-from verl.workers.engine.distributed import init_distributed
+from verl.workers.engine.distributed import init_distributed, process_group_backend
 from verl.workers.engine.fsdp import Offload, gathered, shard
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
 from verl.workers.engine.packing import packed_attention_implementation
@@ -163,7 +163,7 @@ def setup_process(config: Any, rank: int) -> torch.device:
     device = resolve_device(config.trainer.device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    init_distributed("nccl" if device.type == "cuda" else "gloo")
+    init_distributed(process_group_backend(device))
     return device
 
 

@@ -28,10 +28,15 @@ def init_distributed(backend: str | None = None) -> bool:
     once the group exists does nothing. Returns whether data parallelism is on.
     """
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        dist.init_process_group(
-            backend or ("nccl" if torch.cuda.is_available() else "gloo"), init_method="env://"
-        )
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        dist.init_process_group(backend or process_group_backend(device), init_method="env://")
     return is_distributed()
+
+
+def process_group_backend(device: torch.device) -> str:
+    """gloo on a CPU; on a GPU nccl for CUDA tensors and gloo for CPU ones (FSDP2's CPU offload reduces
+    CPU gradients), as verl's workers do."""
+    return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
 
 
 def destroy_distributed() -> None:

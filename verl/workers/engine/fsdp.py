@@ -35,6 +35,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from verl.models.loading import resolve_dtype
+from verl.workers.engine.distributed import process_group_backend
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +51,7 @@ def ensure_process_group(device: torch.device) -> None:
     """FSDP2 needs a process group, also for one rank: a one-process group (no rendezvous) when none
     was formed (one worker, or the in-process backend)."""
     if not dist.is_initialized():
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        dist.init_process_group(process_group_backend(device), store=dist.HashStore(), rank=0, world_size=1)
 
 
 def device_mesh(fsdp_size: int, device: torch.device) -> DeviceMesh:
@@ -197,10 +197,9 @@ def gathered(module: torch.nn.Module) -> Iterator[None]:
     finally:
         for unit in units:
             unit.reshard()
-        # The layers back to their setting; the root keeps FSDP's own choice for it (no reshard: its
-        # backward comes right after its forward).
+        # Every unit, the root too, back to the setting `shard` gave it (the root's gathered embeddings and
+        # head would otherwise stay allocated after every no-grad pass).
         root.set_reshard_after_forward(getattr(root, "verl_reshard_after_forward", True))
-        root.set_reshard_after_forward(False, recurse=False)
 
 
 def local_bytes(tensors: Iterator[torch.Tensor]) -> int:
@@ -216,7 +215,8 @@ class Offload:
     """``fsdp_config.param_offload`` / ``optimizer_offload`` on a GPU: the parameter shards (and their
     gradients) and the optimizer state live in CPU memory between phases, and come to the GPU only for
     the phase that uses them (:meth:`resident`), as verl's FSDP workers do. On a CPU device everything
-    is in CPU memory already, so nothing moves (said once)."""
+    is in CPU memory already, and with ``offload_policy`` FSDP2 itself keeps the shards there: nothing
+    moves (said once)."""
 
     def __init__(
         self,
@@ -226,33 +226,37 @@ class Offload:
         key: str,
         optimizer: torch.optim.Optimizer | None = None,
     ) -> None:
-        asked = {
-            "param_offload": bool(fsdp_cfg.param_offload),
-            "optimizer_offload": bool(fsdp_cfg.optimizer_offload),
-        }
-        on_gpu = device.type == "cuda"
-        if not on_gpu and any(asked.values()):
-            names = ", ".join(f"{key}.{name}=true" for name, value in asked.items() if value)
-            logger.warning(
-                "%s: no effect on the CPU (the weights and optimizer state are in CPU memory already)", names
+        asked = [name for name in ("param_offload", "optimizer_offload") if fsdp_cfg[name]]
+        moves = device.type == "cuda" and not fsdp_cfg.offload_policy
+        if asked and not moves:
+            why = (
+                "with offload_policy=true (FSDP2 keeps the shards, and steps the optimizer, on the CPU)"
+                if fsdp_cfg.offload_policy
+                else "on the CPU (the weights and optimizer state are in CPU memory already)"
             )
+            logger.warning("%s: no effect %s", ", ".join(f"{key}.{name}=true" for name in asked), why)
         self.module, self.device, self.optimizer = module, device, optimizer
-        self.params = on_gpu and asked["param_offload"]
-        self.optimizer_state = on_gpu and asked["optimizer_offload"] and optimizer is not None
+        self.params = moves and "param_offload" in asked
+        self.optimizer_state = moves and "optimizer_offload" in asked and optimizer is not None
+        self._depth = 0  # phases can nest (a save inside an update): only the outermost one moves
         if self.params:
             module.to("cpu")
 
     @contextlib.contextmanager
     def resident(self, optimizer: bool = False) -> Iterator[None]:
         """The parameters (and, with ``optimizer``, the optimizer state) on the device for the duration."""
-        params, optim = self.params, optimizer and self.optimizer_state
+        outermost = self._depth == 0
+        params = outermost and self.params
+        optim = outermost and optimizer and self.optimizer_state
         if params:
             self.module.to(self.device)
         if optim:
             _move_optimizer_state(self.optimizer, self.device)
+        self._depth += 1
         try:
             yield
         finally:
+            self._depth -= 1
             if optim:
                 _move_optimizer_state(self.optimizer, torch.device("cpu"))
             if params:
@@ -263,4 +267,6 @@ def _move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device
     for state in optimizer.state.values():
         for name, value in state.items():
             if isinstance(value, torch.Tensor) and name != "step":  # AdamW keeps its step count on the CPU
-                state[name] = value.to(device, non_blocking=True)
+                # To the GPU asynchronously (the step waits on the stream); back to the CPU synchronously, so
+                # nothing reads a half-copied tensor between phases.
+                state[name] = value.to(device, non_blocking=device.type == "cuda")

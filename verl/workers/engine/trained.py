@@ -87,8 +87,6 @@ class TrainedModel:
             device = next(self.hf_model.parameters()).device
             shard_with_optimizer(self.scorer, self.hf_model, fsdp_config, device, fsdp_key, optimizer)
             self.trained = self.scorer
-            # Background checkpoints write over their own group, never interleaved with training's.
-            self.checkpoint_group = dist.new_group(backend="gloo")
             self.offload = Offload(self.scorer, fsdp_config, device, fsdp_key, optimizer)
         else:
             self.trained = wrap_ddp(self.scorer) if optimizer is not None else self.scorer
@@ -160,6 +158,10 @@ class TrainedModel:
                     state["optim"]["optimizer"] = self.optimizer.state_dict()
         if self.sharded and (model or optimizer):
             path.mkdir(parents=True, exist_ok=True)
+            if background and self.checkpoint_group is None:
+                # Background saves write over their own group, never interleaved with training's messages
+                # (made at the first one: every rank saves together, so every rank makes it together).
+                self.checkpoint_group = dist.new_group(backend="gloo")
             with self.resident(optimizer=True):  # a background save copies the shards to CPU memory first
                 state["shards"] = save_sharded(
                     self.hf_model,
