@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
+from verl.config.backends import training_strategy
 from verl.config.errors import ConfigError
 
 
@@ -33,6 +34,8 @@ class DerivedSizes:
     """critic passes over the batch per RL step (critic.ppo_epochs, or the actor's)"""
     dp_size: int = 1
     """data-parallel workers of the actor and critic: trainer.nnodes * trainer.n_gpus_per_node"""
+    strategy: str = "dp"
+    """how they hold the model: fsdp2 (sharded) or dp (each the whole model)"""
     actor_max_tokens: int | None = None
     """real tokens per actor update micro-batch (use_dynamic_bsz), or None: micro_batch_samples rows"""
     log_prob_max_tokens: int | None = None
@@ -70,6 +73,8 @@ class DerivedSizes:
                 f" ({plural(epochs, 'epoch')} x {plural(mini_batches, 'mini-batch', 'es')})",
                 f"  data-parallel workers:       {self.dp_size}"
                 + (f" ({self.samples_per_step // self.dp_size} samples each)" if self.dp_size > 1 else ""),
+                f"  training strategy:           {self.strategy}"
+                + (" (weights, gradients and optimizer state sharded)" if self.strategy == "fsdp2" else ""),
             ]
         )
 
@@ -137,6 +142,7 @@ def derive_sizes(cfg: DictConfig) -> DerivedSizes:
         critic_micro_batch_samples=critic_micro,
         critic_ppo_epochs=critic_epochs,
         dp_size=dp,
+        strategy=training_strategy(cfg) if trainer is not None else "dp",
         **budgets,
     )
 
