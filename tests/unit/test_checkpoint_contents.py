@@ -50,3 +50,45 @@ def test_unknown_contents_are_refused_with_the_key():
 
     with pytest.raises(ConfigError, match=rf"{ACTOR}.checkpoint.save_contents=.*weights is not a part"):
         load_config("grpo", [f"{ACTOR}.checkpoint.save_contents=[model,weights]"])
+
+
+def test_a_sharded_hf_model_is_written_in_the_weights_dtype_and_leaves_the_live_model_alone(
+    tiny_model_dir, tmp_path
+):
+    """fsdp2 (one rank, a one-process group): the whole model is gathered from the shards into a fresh model
+    built without a second initialisation, in the trained weights' dtype, with the live generation config."""
+    from safetensors.torch import load_file
+
+    sharded = worker(
+        tiny_model_dir,
+        f"{ACTOR}.strategy=fsdp2",
+        "actor_rollout_ref.model.torch_dtype=bfloat16",
+        f"{ACTOR}.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
+    )
+    sharded.actor_model.generation_config.update(do_sample=True, temperature=0.5)
+    sharded.save_checkpoint(str(tmp_path / "ckpt"))
+    hf = tmp_path / "ckpt" / "huggingface"
+    weights = load_file(hf / "model.safetensors")
+    assert weights and all(t.dtype == torch.bfloat16 for t in weights.values())
+    assert '"dtype": "bfloat16"' in (hf / "config.json").read_text()
+    assert '"temperature": 0.5' in (hf / "generation_config.json").read_text()
+    assert str(sharded.actor_model.config.dtype).endswith("bfloat16")
+    full = {k: v.full_tensor() for k, v in sharded.actor_model.state_dict().items()}
+    assert all(torch.equal(weights[k], full[k]) for k in weights)
+
+
+def test_a_failed_background_write_fails_the_save_instead_of_waiting_forever(tmp_path):
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from verl.trainer.checkpointing import Checkpointer
+    from verl.workers.engine.trained import _write_part_or_fail
+
+    shards: Future = Future()
+    shards.set_exception(OSError("No space left on device"))
+    part = tmp_path / "global_step_3.tmp" / "actor"
+    _write_part_or_fail(part, 1, {"shards": shards})
+    assert not (part / "done_rank1").exists()
+    checkpointer = SimpleNamespace(root=tmp_path, run_id="run", keep=None, error=None)
+    Checkpointer._finish(checkpointer, 3, [part / "done_rank0", part / "done_rank1"])
+    assert "actor rank 1: OSError: No space left on device" in str(checkpointer.error)

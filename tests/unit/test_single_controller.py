@@ -228,6 +228,34 @@ def test_restart_rebuilds_workers_and_restores_saved_state():
     assert group.bump() == [3, 3]  # restored to the saved 2, not the lost 3, nor a fresh 0
 
 
+def test_restart_gives_each_rank_its_own_state_or_rank_0s():
+    """Sharded workers each hold their own part (saved per rank); replicated ones answer None beyond rank 0."""
+
+    class Shard(Worker):
+        def __init__(self, replicated: bool) -> None:
+            self.replicated = replicated
+            self.part = f"part-{self.rank}"
+
+        @register()
+        def read(self) -> str:
+            return self.part
+
+        def get_state(self) -> str | None:
+            return None if self.replicated and self.rank else self.part
+
+        def set_state(self, state: str) -> None:
+            self.part = state
+
+    sharded = LocalWorkerGroup(Shard, world_size=2, init_kwargs={"replicated": False})
+    assert sharded.save_state() == "part-0"
+    sharded.restart()
+    assert sharded.read() == ["part-0", "part-1"]
+    replicated = LocalWorkerGroup(Shard, world_size=2, init_kwargs={"replicated": True})
+    replicated.save_state()
+    replicated.restart()
+    assert replicated.read() == ["part-0", "part-0"]
+
+
 # ---------------------------------------------------------------- the pure dispatch functions
 
 

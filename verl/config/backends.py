@@ -126,10 +126,14 @@ def training_strategy(cfg: DictConfig) -> str:
     one rank trains (verl's default strategy), DDP-free dp for one."""
     asked = cfg.actor_rollout_ref.actor.strategy
     if asked is None:
-        trainer = cfg.trainer
-        ranks = int(trainer.nnodes) * int(trainer.n_gpus_per_node) if trainer.backend == "ray" else 1
-        return "fsdp2" if ranks > 1 else "dp"
+        return "fsdp2" if _ranks(cfg) > 1 else "dp"
     return "fsdp2" if asked == "fsdp" else str(asked)
+
+
+def _ranks(cfg: DictConfig) -> int:
+    """Ranks the actor trains on: trainer.nnodes x n_gpus_per_node Ray workers, one process otherwise."""
+    trainer = cfg.trainer
+    return int(trainer.nnodes) * int(trainer.n_gpus_per_node) if trainer.backend == "ray" else 1
 
 
 def _fsdp_sections(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
@@ -181,6 +185,7 @@ def _fsdp_errors(cfg: DictConfig) -> list[str]:
     if training_strategy(cfg) != "fsdp2":
         return []
     errors = []
+    ranks = _ranks(cfg)
     for key, section in _fsdp_sections(cfg):
         mp = section.mixed_precision
         for name, value in (("param_dtype", mp.param_dtype), ("reduce_dtype", mp.reduce_dtype)):
@@ -188,9 +193,13 @@ def _fsdp_errors(cfg: DictConfig) -> list[str]:
                 errors.append(
                     f"{key}.mixed_precision.{name}={as_written(value)}: not a dtype; use one of {', '.join(DTYPE_NAMES)}"
                 )
-        if section.fsdp_size == 0 or section.fsdp_size < -1:
+        size = section.fsdp_size
+        if size == 0 or size < -1:
+            errors.append(f"{key}.fsdp_size={size}: give -1 (all ranks) or a number of ranks >= 1")
+        elif 0 < size < ranks and ranks % size:
             errors.append(
-                f"{key}.fsdp_size={section.fsdp_size}: give -1 (all ranks) or a number of ranks >= 1"
+                f"{key}.fsdp_size={size} must divide the {ranks} ranks (trainer.nnodes x trainer.n_gpus_per_node): "
+                "each group of fsdp_size ranks shards one replica"
             )
     return errors
 

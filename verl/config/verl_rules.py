@@ -446,6 +446,7 @@ FREE_FORM = {
         "data.mm_processor_kwargs",
         "trainer.v1.sync",
         "*.checkpoint_engine.engine_kwargs",
+        "critic.fsdp.mixed_precision",  # null in verl >= 0.8's engine config; its scripts add the dtypes with +
         "hydra",
     ),
     "sft_trainer": ("optim.override_optimizer_config", "hydra"),

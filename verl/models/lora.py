@@ -172,10 +172,22 @@ def merged_copy(model: torch.nn.Module) -> torch.nn.Module:
 def plain_model_with(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> torch.nn.Module:
     """A new plain transformers model of ``model``'s architecture holding ``weights`` (a full state dict of
     ``model``, gathered from its shards), adapters merged: what ``save_pretrained`` should write."""
-    fresh = type(model)(model.config)
-    if has_adapters(model):
-        fresh = _get_peft_model(fresh, adapter_config(model)).get_base_model()  # the same layer names
-    fresh.load_state_dict(weights)
+    with torch.device("meta"):  # no second random initialisation: the weights are assigned as they are
+        fresh = type(model)(copy.deepcopy(model.config))
+        if has_adapters(model):
+            fresh = _get_peft_model(
+                fresh, copy.deepcopy(adapter_config(model))
+            ).get_base_model()  # same names
+    fresh.load_state_dict(weights, assign=True)
+    live_buffers = dict(model.named_buffers())
+    for name, buffer in list(fresh.named_buffers()):
+        if buffer.is_meta:  # buffers outside the state dict (rotary tables): the live model's
+            parent, _, leaf = name.rpartition(".")
+            fresh.get_submodule(parent).register_buffer(
+                leaf, live_buffers[name].detach().cpu(), persistent=False
+            )
+    if getattr(model, "generation_config", None) is not None:
+        fresh.generation_config = copy.deepcopy(model.generation_config)
     return _without_adapters(fresh, merge=True) if has_adapters(fresh) else fresh
 
 

@@ -55,7 +55,7 @@ class LocalWorkerGroup(WorkerGroup):
             with worker_placement(rank, self.world_size):
                 worker = self.worker_cls(**self.init_kwargs)
             if self.saved_state is not None:
-                worker.set_state(self.saved_state)
+                worker.set_state(self.state_for(rank))
             workers.append(worker)
         return workers
 

@@ -285,7 +285,7 @@ class RayWorkerGroup(WorkerGroup):
             )
         self._pids = self._gather(_INIT, refs)
         if self.saved_state is not None:
-            self._run_ranks("set_state", {r: ((self.saved_state,), {}) for r in range(self.world_size)})
+            self._run_ranks("set_state", {r: ((self.state_for(r),), {}) for r in range(self.world_size)})
 
     def _live_hosts(self) -> _Hosts:
         if self._hosts is None:

@@ -102,6 +102,11 @@ class Checkpointer:
     def _finish(self, step: int, parts: list[Path]) -> None:
         try:
             while not all(p.exists() for p in parts):  # the workers' background writers
+                failed = [p.with_name(p.name.replace("done_", "failed_")) for p in parts]
+                for marker in failed:
+                    if marker.exists():
+                        rank = marker.name.removeprefix("failed_rank")
+                        raise RuntimeError(f"{marker.parent.name} rank {rank}: {marker.read_text()}")
                 time.sleep(0.01)
             write_checkpoint_info(tmp_step_dir(self.root, step), self.run_id, step)
             if os.environ.get(CRASH_ENV) == str(step):

@@ -347,9 +347,10 @@ class ActorRolloutRefWorker(Worker):
             path, self.rank, load_contents(self.config.actor_rollout_ref.actor.checkpoint)
         )
 
-    def get_state(self) -> dict[str, Any]:
-        """Weights, optimizer and LR schedule: what a restarted worker needs to carry on training."""
-        return self.actor.training_state()
+    def get_state(self) -> dict[str, Any] | None:
+        """Weights, optimizer and LR schedule: what a restarted worker needs to carry on training (each
+        rank's own shards with fsdp2; with dp every rank holds rank 0's, so the others answer None)."""
+        return self.actor.training_state() if self.actor.sharded or self.rank == 0 else None
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.actor.load_training_state(state)
@@ -432,8 +433,8 @@ class CriticWorker(Worker):
     def load_checkpoint(self, path: str) -> None:
         self.critic.load_checkpoint(path, self.rank, load_contents(self.config.critic.checkpoint))
 
-    def get_state(self) -> dict[str, Any]:
-        return self.critic.training_state()
+    def get_state(self) -> dict[str, Any] | None:
+        return self.critic.training_state() if self.critic.sharded or self.rank == 0 else None
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.critic.load_training_state(state)

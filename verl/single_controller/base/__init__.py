@@ -24,7 +24,16 @@ from verl.single_controller.worker import Worker, register, registered_methods
 # ``from verl.single_controller.base.decorator import register, Dispatch``.
 __all__ = ["Dispatch", "Worker", "WorkerGroup", "register"]
 
-_RESERVED = {"name", "worker_cls", "world_size", "workers", "in_process", "init_kwargs", "saved_state"}
+_RESERVED = {
+    "name",
+    "worker_cls",
+    "world_size",
+    "workers",
+    "in_process",
+    "init_kwargs",
+    "saved_state",
+    "state_for",
+}
 
 
 class WorkerGroup(abc.ABC):
@@ -49,6 +58,7 @@ class WorkerGroup(abc.ABC):
         self.init_kwargs = dict(init_kwargs or {})
         self.name = name or worker_cls.__name__
         self.saved_state: Any = None
+        self._rank_states: list[Any] = []
         self._methods = registered_methods(worker_cls)
         for method in self._methods:
             if method in _RESERVED or hasattr(WorkerGroup, method) or hasattr(type(self), method):
@@ -97,9 +107,18 @@ class WorkerGroup(abc.ABC):
         return self._run(method, [args], [kwargs])[0]
 
     def save_state(self) -> Any:
-        """Ask rank 0 for ``get_state()`` and keep it on the driver: :meth:`restart` restores it."""
-        self.saved_state = self.call_rank0("get_state")
+        """Ask every rank for ``get_state()`` and keep the answers on the driver: :meth:`restart` gives each
+        rank its own back (:meth:`state_for`). A rank whose state is rank 0's (replicated weights, as with
+        DDP) may answer None and gets rank 0's. Returns rank 0's state."""
+        states = self._run("get_state", [()] * self.world_size, [{}] * self.world_size)
+        self._rank_states = states
+        self.saved_state = states[0]
         return self.saved_state
+
+    def state_for(self, rank: int) -> Any:
+        """The state :meth:`restart` restores on ``rank``: its own from :meth:`save_state`, else rank 0's."""
+        own = self._rank_states[rank] if rank < len(self._rank_states) else None
+        return own if own is not None else self.saved_state
 
     def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Run ``method`` on rank 0 only (registered or not) and return its answer."""

@@ -93,13 +93,13 @@ def lockstep_micro_batches(
     micros, order = micro_batches(data, micro_batch_size, max_tokens)
     if not lockstep:
         return micros, order, len(micros)
+    if all_reduce_max(int(not len(data))):  # every rank raises, none waits for the others
+        raise ValueError("an FSDP rank got no rows to compute: give every rank at least one sample")
     target = all_reduce_max(len(micros))
     if target > len(micros):
         micros, order = micro_batches(data, micro_batch_size, max_tokens, count=target)
     real = len(micros)
     if real < target:
-        if not len(data):
-            raise ValueError("an FSDP rank got no rows to compute: give every rank at least one sample")
         micros += [data.select_idxs(np.zeros(1, dtype=np.int64))] * (target - real)
     return micros, order, real
 

@@ -28,6 +28,8 @@ from torch.utils.checkpoint import checkpoint
 
 from verl.models.kv_cache import cache_keyword, distinct_rows, leading_padding_columns, new_cache
 from verl.models.plumbing import activation_checkpointing_on
+from verl.workers.engine.distributed import all_reduce_max
+from verl.workers.engine.fsdp import needs_lockstep
 from verl.workers.engine.packing import pack, packed_positions
 
 # Config attributes of models whose logits are more than ``lm_head(hidden)``: they use the HF forward.
@@ -175,6 +177,9 @@ class PolicyScorer(_Scorer):
         checkpointing = self.hf_model.training and activation_checkpointing_on(self.hf_model)
         # Sharing reads each row's last prompt position, so the prompts must be left-padded.
         left_padded = bool(attention_mask[:, input_ids.shape[1] - responses.shape[1] - 1].all())
+        if self.share_prompts and needs_lockstep(self):
+            # Sharing runs the decoder twice; every FSDP rank must make the same number of passes.
+            left_padded = not all_reduce_max(int(not left_padded))
         if self.plain_head and self.share_prompts and left_padded and not checkpointing:
             hidden = shared_prompt_hidden(
                 self.hf_model.get_decoder(), input_ids, attention_mask, position_ids, response_mask

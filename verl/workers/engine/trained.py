@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import load_file, load_model, save_model
 from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
     get_model_state_dict,
     get_optimizer_state_dict,
     set_model_state_dict,
@@ -103,9 +104,10 @@ class TrainedModel:
         """A copy of the weights, optimizer and LR schedule that later steps cannot change (this rank's
         shards when sharded)."""
         if self.sharded:
+            on_cpu = StateDictOptions(cpu_offload=True)  # kept on the driver: not in GPU memory
             with self.resident(optimizer=True):
-                model = get_model_state_dict(self.hf_model)
-                optim = get_optimizer_state_dict(self.hf_model, self.optimizer)
+                model = get_model_state_dict(self.hf_model, options=on_cpu)
+                optim = get_optimizer_state_dict(self.hf_model, self.optimizer, options=on_cpu)
         else:
             model, optim = self.hf_model.state_dict(), self.optimizer.state_dict()
         return copy.deepcopy(
@@ -174,7 +176,7 @@ class TrainedModel:
         if background:
             state = {k: (v if k == "shards" else copy.deepcopy(v)) for k, v in state.items()}
             thread = threading.Thread(
-                target=_write_part, args=(path, rank, state), name="verl-save", daemon=True
+                target=_write_part_or_fail, args=(path, rank, state), name="verl-save", daemon=True
             )
             thread.start()
             return thread
@@ -184,7 +186,8 @@ class TrainedModel:
     def load_checkpoint(self, path: str | Path, rank: int, contents: Sequence[str] = FULL_CONTENTS) -> None:
         """Restore ``contents`` (verl's ``checkpoint.load_contents``) of what :meth:`save_checkpoint` wrote,
         in either layout and from any number of ranks; a rank with no RNG file of its own (the run had
-        fewer ranks) takes rank 0's. A part asked for and not in the checkpoint is an InputError."""
+        fewer ranks) keeps its own seed and takes rank 0's shuffle generator. A part asked for and not in the
+        checkpoint is an InputError."""
         path = Path(path)
         check_checkpoint_adapters(path, self.hf_model)
         held = checkpoint_contents(path)
@@ -215,9 +218,12 @@ class TrainedModel:
         if extra:
             self.lr_scheduler.load_state_dict(optim["lr_scheduler"])
             rng_file = path / f"rng_rank{rank}.pt"
-            rng = torch.load(rng_file if rng_file.exists() else path / "rng_rank0.pt", weights_only=False)
-            set_rng_state(rng["rng"])
-            self.generator.set_state(rng["generator"])
+            if rng_file.exists():
+                rng = torch.load(rng_file, weights_only=False)
+                set_rng_state(rng["rng"])
+            else:  # more ranks than the run that saved: this rank keeps its own seed (trainer.seed + rank)
+                rng = torch.load(path / "rng_rank0.pt", weights_only=False)
+            self.generator.set_state(rng["generator"])  # the shuffle generator is the same on every rank
 
 
 def checkpoint_contents(part: Path) -> list[str]:
@@ -244,6 +250,16 @@ def with_tied_names(model: torch.nn.Module, weights: dict[str, torch.Tensor]) ->
         if stored is not None:
             full.update(dict.fromkeys(aliases, stored))
     return full
+
+
+def _write_part_or_fail(path: Path, rank: int, state: dict[str, Any]) -> None:
+    """`_write_part` in a background thread: a failure leaves ``failed_rank<r>`` (the error) instead of
+    ``done_rank<r>``, so the trainer waiting for the part fails the run rather than waiting forever."""
+    try:
+        _write_part(path, rank, state)
+    except BaseException as error:  # noqa: BLE001 - reported through the marker, whatever it was
+        path.mkdir(parents=True, exist_ok=True)
+        (path / f"failed_rank{rank}").write_text(f"{type(error).__name__}: {error}")
 
 
 def _write_part(path: Path, rank: int, state: dict[str, Any]) -> None:
