@@ -273,12 +273,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_debug(export)
     export.set_defaults(func=cmd_export)
     bench = sub.add_parser(
-        "bench", help="rollout / training / GRPO-step speed and peak memory on this machine (see benchmarks/)"
+        "bench",
+        help="rollout / training / GRPO-step / FSDP2 speed and peak memory on this machine (see benchmarks/)",
     )
     bench.add_argument(
         "--models", default=None, help="comma list of tiny,4m,30m,smollm2 (default: all; with --quick: tiny)"
     )
-    bench.add_argument("--what", default=None, help="comma list of rollout,train,step (default: all)")
+    bench.add_argument("--what", default=None, help="comma list of rollout,train,step,fsdp (default: all)")
     bench.add_argument("--quick", action="store_true", help="fewer sizes and repetitions (about 2 minutes)")
     bench.add_argument(
         "--json", default=None, help="results file (default: $VERL_HOME/bench/bench-<time>.json)"

@@ -1,14 +1,17 @@
 """``verl bench``: how fast verl is, and how much memory it needs, on this machine.
 
-Three sections on the same models and the same arithmetic prompts (the default recipe's task):
+Four sections on the same models and the same arithmetic prompts (the default recipe's task):
 
 * ``rollout`` (:mod:`benchmarks.harness.rollout`): tokens/s of every registered rollout engine per batch size
   and response length;
 * ``train`` (:mod:`benchmarks.harness.training`): tokens/s of one policy update, padded vs packed;
 * ``step`` (:mod:`benchmarks.harness.step`): one full GRPO step of ``RLTrainer`` and its breakdown by stage;
+* ``fsdp`` (:mod:`benchmarks.harness.fsdp`): the policy update with strategy dp vs fsdp2 on 1 and 2 ranks, and
+  the parameter, gradient and optimizer bytes each rank holds;
 
-each with the peak memory of its process. How a number is taken (a fresh process per measurement,
-warm-up excluded, median of repeated runs, RSS high-water mark) is in :mod:`benchmarks.harness.measure`.
+each with the peak memory of its process (of each rank, for ``fsdp``). How a number is taken (a fresh
+process per measurement, warm-up excluded, median of repeated runs, RSS high-water mark) is in
+:mod:`benchmarks.harness.measure`.
 """
 
 from benchmarks.harness.runner import FULL, QUICK, BenchSizes, run_bench, run_cli

@@ -121,6 +121,49 @@ def step_table(rows: list[dict[str, Any]]) -> str:
     return format_table(headers, body)
 
 
+def _mb(value: int | None) -> float | None:
+    return None if value is None else value / 2**20
+
+
+def fsdp_table(rows: list[dict[str, Any]]) -> str:
+    """One row per strategy x ranks; then, per model, the fsdp2 / dp ratios of the per-rank figures at
+    each rank count above 1 (what sharding saves)."""
+    headers = [
+        "model",
+        "strategy",
+        "ranks",
+        "tokens/s",
+        "s/run",
+        "params MB",
+        "grads MB",
+        "optim MB",
+        "sum MB",
+        *MEMORY_HEADERS,
+    ]
+    body = []
+    for r in rows:
+        head = [r["model"], r["strategy"], r["ranks"]]
+        if r["status"] != "ok":
+            body.append([*head, r["status"]] + ["-"] * (len(headers) - 4))
+            continue
+        held = [_mb(r.get(k)) for k in ("param_bytes", "grad_bytes", "optim_bytes", "state_bytes")]
+        body.append([*head, r["tokens_per_s"], r["median_s"], *held] + _memory(r))
+    lines = [format_table(headers, body)]
+    ok = {(r["model"], r["strategy"], r["ranks"]): r for r in rows if r["status"] == "ok"}
+    for model, strategy, ranks in ok:
+        dp = ok.get((model, "dp", ranks))
+        if strategy != "fsdp2" or ranks < 2 or dp is None:
+            continue
+        fsdp2 = ok[model, strategy, ranks]
+        ratios = [
+            f"{what} {fsdp2[key] / dp[key]:.2f}"
+            for what, key in (("params+grads+optim", "state_bytes"), ("peak RSS", "peak_rss_mb"))
+            if fsdp2.get(key) and dp.get(key)
+        ]
+        lines.append(f"{model}, {ranks} ranks, fsdp2 / dp per rank: " + ", ".join(ratios))
+    return "\n".join(lines)
+
+
 TABLES = {
     "rollout": (
         "(a) rollout: response tokens/s, EOS ignored (every response has the full length)",
@@ -134,6 +177,13 @@ TABLES = {
         "(c) one GRPO step (RLTrainer.train_step, default recipe: 16 prompts x 8 samples; micro = rows per "
         "forward pass): medians of timing_s/*",
         step_table,
+    ),
+    "fsdp": (
+        "(e) policy update as (b) padded, replicated (dp: DDP over 2 ranks) vs sharded (fsdp2), 1 torch thread per "
+        "rank: tokens/s of the whole batch over all ranks; params / grads / optim = what ONE rank holds after an "
+        "update (local shards), sum = their total, peak MB = that rank's peak RSS; every per-rank figure is the "
+        "max over the ranks",
+        fsdp_table,
     ),
 }
 
@@ -188,7 +238,8 @@ def _busy_warning(report: dict[str, Any]) -> str | None:
 
 
 def _row_name(row: dict[str, Any]) -> str:
-    detail = " ".join(f"{k}={row[k]}" for k in ("engine", "training", "mode", "batch", "length") if k in row)
+    keys = ("engine", "training", "mode", "strategy", "ranks", "batch", "length")
+    detail = " ".join(f"{k}={row[k]}" for k in keys if k in row)
     return f"{row['section']} {row['model']} {detail}".strip()
 
 

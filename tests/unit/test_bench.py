@@ -38,6 +38,7 @@ SIZES = BenchSizes(
     train_sequences=4,
     train_max_response_length=6,
     train_micro_batch=2,
+    fsdp_ranks=(1,),  # in-process here; the 2-rank rows have their own test (their own processes)
     warmup=1,
     repeats=2,
     budget_s=30.0,
@@ -106,14 +107,68 @@ def test_step_rows_have_the_stage_breakdown(report):
         assert all(v >= 0 for v in r["stages_s"].values())
 
 
+HELD = ("param_bytes", "grad_bytes", "optim_bytes", "state_bytes")
+
+
+def _check_fsdp_row(row, ranks):
+    assert row["status"] == "ok", row["reason"]
+    assert _positive(row["tokens_per_s"]) and _positive(row["median_s"]) and _positive(row["peak_rss_mb"])
+    assert row["torch_threads"] == 1 and row["ranks"] == ranks and len(row["per_rank"]) == ranks
+    for r in row["per_rank"]:
+        assert all(_positive(r[k]) for k in HELD) and r["torch_threads"] == 1
+        assert r["state_bytes"] == r["param_bytes"] + r["grad_bytes"] + r["optim_bytes"]
+        assert _positive(r["peak_rss_mb"]) and r["peak_delta_mb"] >= 0
+    # the row's per-rank figures are the max over the ranks
+    for key in (*HELD, "peak_rss_mb"):
+        assert row[key] == max(r[key] for r in row["per_rank"])
+
+
+def test_fsdp_rows_one_rank(report):
+    """1 rank: fsdp2 shards over a one-process group, so it holds what dp holds: every fp32 weight, its
+    gradient and AdamW's two moments (plus a step count per tensor)."""
+    rows = {r["strategy"]: r for r in report["sections"]["fsdp"]}
+    assert set(rows) == {"dp", "fsdp2"}
+    for row in rows.values():
+        _check_fsdp_row(row, ranks=1)
+        assert row["param_bytes"] == row["grad_bytes"] == 4 * row["n_params"]
+        assert 2 * row["param_bytes"] < row["optim_bytes"] < 2.01 * row["param_bytes"]
+        # the train section's batch
+        assert row["real_tokens"] == report["sections"]["train"][0]["real_tokens"]
+    assert {k: rows["dp"][k] for k in HELD} == {k: rows["fsdp2"][k] for k in HELD}
+
+
+def test_fsdp_two_ranks_hold_half_each(tmp_path):
+    """2 ranks, each case in its own process as `verl bench` runs it (rank 1 forked from it): DDP keeps
+    everything on each rank, FSDP2 about half; the table says by how much."""
+    from benchmarks.harness import fsdp
+    from benchmarks.harness.common import write_task_data
+    from benchmarks.harness.report import fsdp_table
+    from benchmarks.harness.runner import PRELOAD, measure
+
+    write_task_data(tmp_path)
+    model = prepare_model(TOY, tmp_path)
+    common = dict(data_dir=str(tmp_path), warmup=1, repeats=2, budget_s=30.0)
+    cases = fsdp.cases("toy", str(model.path), 4, 6, 2, ranks=(2,), **common)
+    assert PRELOAD[-1] == "benchmarks.harness.fsdp"
+    rows = {c.params["strategy"]: measure(c, isolate=True, sizes=SIZES) for c in cases}
+    for row in rows.values():
+        _check_fsdp_row(row, ranks=2)
+    dp, sharded = rows["dp"], rows["fsdp2"]
+    assert len({r["param_bytes"] for r in dp["per_rank"]}) == 1  # replicated
+    assert sharded["param_bytes"] < 0.6 * dp["param_bytes"]
+    assert sum(r["param_bytes"] for r in sharded["per_rank"]) == dp["param_bytes"]  # cut, nothing duplicated
+    assert sharded["state_bytes"] < 0.6 * dp["state_bytes"]
+    assert "toy, 2 ranks, fsdp2 / dp per rank: params+grads+optim 0.5" in fsdp_table([dp, sharded])
+
+
 def test_json_and_printed_tables(report, tmp_path_factory):
     saved = json.loads(open(report["json_path"]).read())
-    assert saved["sections"].keys() == {"rollout", "train", "step"}
+    assert saved["sections"].keys() == {"rollout", "train", "step", "fsdp"}
     assert saved["machine"]["torch_threads"] == 1 and saved["models"][0]["n_params"] > 0
     from benchmarks.harness.report import render
 
     text = render(saved)
-    for heading in ("(a) rollout", "(b) policy update", "(c) one GRPO step", "tokens/s", "peak MB"):
+    for heading in ("(a) rollout", "(b) policy update", "(c) one GRPO step", "(e) policy update", "peak MB"):
         assert heading in text
 
 
