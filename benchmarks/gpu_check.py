@@ -444,10 +444,9 @@ def build_tokenizer(vocab_size: int):
     and then byte triples as merges, until the size is reached (Qwen2-0.5B's 151,936 fits: 65,536 pairs +
     86,141 triples). Its splits mean nothing, which a random-initialised model does not mind; what matters
     is the embedding and LM-head size, and that every id a model samples decodes."""
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, models, pre_tokenizers
 
-    from verl.models.tiny import CHAT_TEMPLATE, IM_END, PAD_TOKEN, QWEN2_PRETOKENIZE_REGEX, SPECIAL_TOKENS
+    from verl.models.tiny import SPECIAL_TOKENS, chatml_tokenizer, qwen2_byte_level
 
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *alphabet])}
@@ -463,25 +462,9 @@ def build_tokenizer(vocab_size: int):
         vocab[left + right] = len(vocab)
     if len(vocab) < vocab_size:
         raise ValueError(f"vocab_size {vocab_size} is more than byte pairs and triples give ({len(vocab)})")
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=None, fuse_unk=False))
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel()
+    tok = qwen2_byte_level(Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=None, fuse_unk=False)))
     tok.add_special_tokens(SPECIAL_TOKENS)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token=IM_END,
-        pad_token=PAD_TOKEN,
-        unk_token=None,
-        chat_template=CHAT_TEMPLATE,
-        model_max_length=32768,
-        clean_up_tokenization_spaces=False,
-    )
+    return chatml_tokenizer(tok, model_max_length=32768)
 
 
 def environment() -> dict[str, Any]:

@@ -65,9 +65,24 @@ def build_tiny_tokenizer(
     vocab_size: int = 384, corpus: Iterable[str] | None = None
 ) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE tokenizer with Qwen2's pre-tokenizer (digits are split one by one)."""
-    tok = Tokenizer(
-        models.BPE(unk_token=None, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False)
+    tok = qwen2_byte_level(
+        Tokenizer(
+            models.BPE(unk_token=None, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False)
+        )
     )
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(list(corpus or default_corpus()), trainer=trainer)
+    return chatml_tokenizer(tok, model_max_length=2048)
+
+
+def qwen2_byte_level(tok: Tokenizer) -> Tokenizer:
+    """``tok`` with Qwen2's text handling: NFC, its pre-tokenizer regex (digits split one by one), then
+    byte-level symbols, decoded back from bytes."""
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
@@ -76,20 +91,18 @@ def build_tiny_tokenizer(
         ]
     )
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(list(corpus or default_corpus()), trainer=trainer)
+    return tok
+
+
+def chatml_tokenizer(tok: Tokenizer, model_max_length: int) -> PreTrainedTokenizerFast:
+    """``tok`` as a transformers tokenizer with the ChatML template and its end / padding tokens."""
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token=IM_END,
         pad_token=PAD_TOKEN,
         unk_token=None,
         chat_template=CHAT_TEMPLATE,
-        model_max_length=2048,
+        model_max_length=model_max_length,
         clean_up_tokenization_spaces=False,
     )
 

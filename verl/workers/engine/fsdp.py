@@ -11,7 +11,7 @@ What each phase does with the shards:
 
 - forward / backward of an update: each layer's parameters are all-gathered just before it runs and
   freed after (``reshard_after_forward``), its gradients reduce-scattered in the backward; every rank
-  therefore runs the same number of forward passes (`equal_micro_batch_counts`);
+  therefore runs the same number of forward passes (`verl.workers.engine.batching.lockstep_micro_batches`);
 - rollout: `gathered` all-gathers every unit once and keeps the full weights until generation ends, so
   each rank may decode a different number of steps (no collective per step). That is the hybrid
   engine's resharding: one full copy of the weights per rank while generating, none after;
@@ -38,13 +38,6 @@ from verl.models.loading import resolve_dtype
 from verl.workers.engine.distributed import process_group_backend
 
 logger = logging.getLogger(__name__)
-
-SHARDED_STRATEGIES = ("fsdp", "fsdp2")
-"""strategies trained with FSDP2 here (verl's FSDP1 ``fsdp`` runs as its successor, FSDP2)"""
-
-
-def is_sharded(strategy: str | None) -> bool:
-    return strategy in SHARDED_STRATEGIES
 
 
 def ensure_process_group(device: torch.device) -> None:
@@ -97,9 +90,8 @@ def shard(
 ) -> None:
     """``fully_shard`` each layer of ``hf_model``, then ``root`` (the scorer around it), in place.
 
-    Building the shards is a collective: every rank calls it together. Every rank must also hold the
-    same weights beforehand (they are cut, not broadcast): the workers load the same files, and a
-    freshly initialised value head is seeded alike.
+    Building the shards is a collective: every rank calls it together. Rank 0's weights are broadcast
+    first, so the shards are cut from one copy even where ranks initialised a part differently.
     """
     ensure_process_group(device)
     _broadcast_from_rank0(root)

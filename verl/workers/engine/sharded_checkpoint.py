@@ -9,7 +9,7 @@ optimizer state between the two formats a role checkpoint can have.
 
 A DCP checkpoint loads into any number of ranks, sharded or not (DCP reshards on load), and into a
 ``dp`` role; a ``dp`` checkpoint loads into a sharded role (each rank cuts its shards from the full
-tensors). ``verl export`` reads either (`full_model_state`).
+tensors). ``verl export`` reads either (`load_sharded` into a model in its own process).
 """
 
 from __future__ import annotations
@@ -118,12 +118,6 @@ def load_full_into_sharded(
         ],
     }
     set_optimizer_state_dict(hf_model, optimizer, by_name, options=full)
-
-
-def full_model_state(part: Path, hf_model: torch.nn.Module) -> None:
-    """Fill ``hf_model`` (plain, in this process, no process group) with the full weights of the DCP
-    checkpoint in ``part``: what ``verl export`` writes out."""
-    load_sharded(hf_model, None, part)
 
 
 def full_weights_on_rank0(hf_model: torch.nn.Module) -> dict[str, torch.Tensor]:

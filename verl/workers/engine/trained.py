@@ -190,7 +190,8 @@ class TrainedModel:
         checkpoint is an InputError."""
         path = Path(path)
         check_checkpoint_adapters(path, self.hf_model)
-        held = checkpoint_contents(path)
+        optim = torch.load(path / "optim.pt", weights_only=False) if (path / "optim.pt").is_file() else {}
+        held = _held_contents(path, optim)
         missing = [part for part in contents if part in FULL_CONTENTS and part not in held]
         if missing:
             raise InputError(
@@ -198,7 +199,6 @@ class TrainedModel:
                 "saved with checkpoint.save_contents without them); leave them out of checkpoint.load_contents"
             )
         model, optimizer, extra = (part in contents for part in FULL_CONTENTS)
-        optim = torch.load(path / "optim.pt", weights_only=False) if (path / "optim.pt").is_file() else {}
         if has_sharded_state(path):
             with self.resident(optimizer=True):
                 load_sharded(self.hf_model, self.optimizer if optimizer else None, path, model=model)
@@ -229,6 +229,11 @@ class TrainedModel:
 def checkpoint_contents(part: Path) -> list[str]:
     """Which of model / optimizer / extra a checkpoint part holds, in either layout."""
     optim = torch.load(part / "optim.pt", weights_only=False) if (part / "optim.pt").is_file() else {}
+    return _held_contents(part, optim)
+
+
+def _held_contents(part: Path, optim: dict[str, Any]) -> list[str]:
+    """`checkpoint_contents`, given the part's ``optim.pt`` already read (``{}`` when it has none)."""
     sharded = sharded_parts(part) if has_sharded_state(part) else set()
     held = {
         "model": "model" in sharded or (part / "model.safetensors").is_file(),
