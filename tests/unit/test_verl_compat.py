@@ -141,20 +141,20 @@ def test_no_effect_keys_are_recorded_and_reported_once_grouped_by_reason() -> No
     cfg = ppo(
         f"{ARR}.actor.fsdp_config.forward_prefetch=True",
         f"{ARR}.ref.fsdp_config.forward_prefetch=True",
-        f"{ARR}.rollout.enforce_eager=True",
+        f"{ARR}.rollout.scheduling_policy=priority",
         "+ray_kwargs.ray_init.runtime_env.py_executable=uv run",
     )
     assert dict(cfg.compat.no_effect) == {
         f"{ARR}.actor.fsdp_config.forward_prefetch": True,
         f"{ARR}.ref.fsdp_config.forward_prefetch": True,
-        f"{ARR}.rollout.enforce_eager": True,
+        f"{ARR}.rollout.scheduling_policy": "priority",
         "ray_kwargs.ray_init.runtime_env.py_executable": "uv run",
     }
     lines = [line for line in notices(cfg) if line.startswith("no effect here")]
     fsdp = [line for line in lines if "forward_prefetch" in line]
     assert len(fsdp) == 1 and "actor.fsdp_config" in fsdp[0] and "ref.fsdp_config" in fsdp[0]
     assert "FSDP2 gathers the next layer" in fsdp[0]
-    assert any("enforce_eager=true" in line and "inference server" in line for line in lines)
+    assert any("scheduling_policy=priority" in line and "inference-server" in line for line in lines)
 
 
 def test_dapo_spellings() -> None:
@@ -366,15 +366,17 @@ def test_interpolations_in_verl_keys_are_verl_deriving_them_and_are_not_recorded
     from verl.trainer.resume_check import config_changes
 
     load = f"+{ARR}.actor.checkpoint.load_contents=${{{ARR}.actor.checkpoint.save_contents}}"
-    engine = f"+{ARR}.rollout.engine_kwargs.vllm.opts={{a: '${{oc.env:HOME}}', b: 1}}"
+    engine = f"+{ARR}.rollout.checkpoint_engine.engine_kwargs.opts={{a: '${{oc.env:HOME}}', b: 1}}"
     cfg = ppo(load, engine)
     assert f"{ARR}.actor.checkpoint.load_contents" not in cfg.compat.no_effect
     # each entry of verl's mapping is a key of its own; the interpolated one is verl deriving it
-    assert dict(cfg.compat.no_effect) == {f"{ARR}.rollout.engine_kwargs.vllm.opts.b": 1}
-    assert any("engine_kwargs.vllm.opts.b=1" in line for line in notices(cfg))
+    assert dict(cfg.compat.no_effect) == {f"{ARR}.rollout.checkpoint_engine.engine_kwargs.opts.b": 1}
+    assert any("checkpoint_engine.engine_kwargs.opts.b=1" in line for line in notices(cfg))
     # inside a list, an interpolation is recorded as text that is never resolved
-    cfg = ppo(f"+{ARR}.rollout.engine_kwargs.vllm.args=[--x, '${{oc.env:HOME}}']")
-    assert dict(cfg.compat.no_effect) == {f"{ARR}.rollout.engine_kwargs.vllm.args": ["--x", "$(oc.env:HOME)"]}
+    cfg = ppo(f"+{ARR}.rollout.checkpoint_engine.engine_kwargs.args=[--x, '${{oc.env:HOME}}']")
+    assert dict(cfg.compat.no_effect) == {
+        f"{ARR}.rollout.checkpoint_engine.engine_kwargs.args": ["--x", "$(oc.env:HOME)"]
+    }
     saved = yaml.safe_load(to_yaml(cfg))  # as saved with a checkpoint, and read back on resume
     assert config_changes(saved, cfg) == ([], [])
 

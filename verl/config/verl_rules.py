@@ -73,8 +73,8 @@ PROFILER = (
     "profiler hooks (nsys / torch / NPU): none is attached here; trainer.trace=true writes a per-step trace"
 )
 SERVER = (
-    "tuning of an inference server (vLLM / SGLang): the engines built here generate with the actor's own "
-    "module, so there is no server to tune"
+    "a setting of verl's inference-server plumbing (vLLM / SGLang) that the vllm engine here does not read: it "
+    "runs in the worker's own process, its weights handed over in memory"
 )
 KERNELS = "a kernel or memory optimisation of verl's GPU workers: the same results, computed without it here"
 ULYSSES = "Ulysses sequence parallelism splits sequences over GPUs; every worker here holds whole sequences"
@@ -98,8 +98,9 @@ REWARD_MODEL = (
 # weights and kernels (vLLM) makes the ratio differ from 1, and these keys must then be read.
 ROLLOUT_CORRECTION = (
     "rollout correction reweights (or rejects) samples by the ratio of the trainer's to the rollout engine's "
-    "probabilities; the engines built here sample from the trained module itself, so the ratio is 1 (up to float "
-    "rounding) and nothing is reweighted or rejected"
+    "probabilities: not built here. With the fast / hf engines the ratio is 1 (they sample from the trained "
+    "module itself); with rollout.name=vllm it is not, and nothing is reweighted: the mismatch is measured "
+    "(training/rollout_probs_diff_*, training/rollout_actor_kl)"
 )
 HYDRA = "Hydra's own settings (its output directory, logging, search path): Hydra is not used here"
 ASYNC = "verl's asynchronous / disaggregated trainer modes are not built here; steps run synchronously"
@@ -199,11 +200,6 @@ PPO_RULES: tuple[Rule, ...] = (
         "actor_rollout_ref.rollout.multi_turn.enable",
         (False,),
         "multi-turn / tool-calling rollouts are not built",
-    ),
-    _only(
-        "actor_rollout_ref.rollout.ignore_eos",
-        (False,),
-        "generating past the end-of-sequence token is not built",
     ),
     _only(
         "actor_rollout_ref.rollout.over_sample_rate",
@@ -351,15 +347,13 @@ PPO_RULES: tuple[Rule, ...] = (
     _no("actor_rollout_ref.rollout.qat", "quantization-aware training settings (qat.enable=false)"),
     _no("actor_rollout_ref.rollout.agent.*", "the agent loop: each prompt here is one single-turn rollout"),
     _no("actor_rollout_ref.rollout.multi_turn.*", "multi-turn settings (multi_turn.enable=false)"),
-    _no("actor_rollout_ref.rollout.mode", "verl's sync / async rollout server mode: " + SERVER),
     _no("actor_rollout_ref.rollout.nnodes", SERVER),
-    _no(
-        "actor_rollout_ref.rollout.dtype",
-        "the engines here generate in the actor's dtype (model.torch_dtype)",
-    ),
-    _no("actor_rollout_ref.rollout.logprobs_mode", "the fast engine returns the log-probs it sampled from"),
     _no("actor_rollout_ref.rollout.layered_summon", "LoRA weight sync to an inference server: " + SERVER),
-    _no("actor_rollout_ref.rollout.load_format", "how an inference server loads weights: " + SERVER),
+    _no(
+        "actor_rollout_ref.rollout.load_format",
+        "how vLLM loads its first weights: here it starts from random ones (verl's load_format=dummy) and the "
+        "actor's weights are synchronised into it before every generate",
+    ),
     _no("actor_rollout_ref.rollout.update_weights_bucket_megabytes", SERVER),
     _no("actor_rollout_ref.rollout.checkpoint_engine.*", SERVER),
     _no("actor_rollout_ref.rollout.skip*", "rollout replay settings (skip.enable=false)"),
@@ -369,7 +363,6 @@ PPO_RULES: tuple[Rule, ...] = (
         "actor_rollout_ref.rollout.moe_load_balance_metrics_interval", "MoE load-balance metrics: " + LOGGING
     ),
     _no("actor_rollout_ref.rollout.disaggregation.*", SERVER),
-    _no("actor_rollout_ref.rollout.engine_kwargs*", SERVER),
     _no("actor_rollout_ref.rollout.*", SERVER),
     _no("algorithm.rollout_correction.*", ROLLOUT_CORRECTION),
     _no("algorithm.rollout_is*", ROLLOUT_CORRECTION),

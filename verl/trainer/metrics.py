@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.algorithms.kl import kl_penalty
 from verl.protocol import DataProto
 from verl.workers.reward.manager import REWARD_ERROR_KEY
 
@@ -92,13 +93,17 @@ def compute_validation_metrics(
 
 def rollout_probs_diff(batch: DataProto) -> dict[str, float]:
     """How far the rollout engine's token probabilities are from the actor's recomputed ones (verl's
-    ``training/rollout_probs_diff_*``): |p_rollout - p_actor| over response tokens."""
+    ``training/rollout_probs_diff_*``): |p_rollout - p_actor| over response tokens; and
+    ``training/rollout_actor_kl``, the k3 estimate of KL(rollout || actor) from the tokens the rollout sampled
+    (`verl.algorithms.kl.kl_penalty`)."""
     mask = batch.batch["response_mask"].bool()
-    diff = (batch.batch["rollout_log_probs"].exp() - batch.batch["old_log_probs"].exp()).abs()[mask]
-    if diff.numel() == 0:
+    rollout, actor = batch.batch["rollout_log_probs"][mask], batch.batch["old_log_probs"][mask]
+    if rollout.numel() == 0:
         return {}
+    diff = (rollout.exp() - actor.exp()).abs()
     return {
         "training/rollout_probs_diff_max": diff.max().item(),
         "training/rollout_probs_diff_mean": diff.mean().item(),
         "training/rollout_probs_diff_std": diff.std().item() if diff.numel() > 1 else 0.0,
+        "training/rollout_actor_kl": kl_penalty(rollout.float(), actor.float(), "k3").mean().item(),
     }

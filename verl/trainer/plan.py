@@ -99,15 +99,19 @@ class StepPlan:
 
 
 def _old_log_probs(config: TrainerConfig, sizes: DerivedSizes) -> OldLogProbs:
-    """``actor.recompute_old_log_prob``: true / false as set; unset (null) recomputes only when something
-    needs π_old and the rollout engine did not return it."""
+    """``actor.recompute_old_log_prob``: true / false as set; unset (null) recomputes with an engine that holds
+    its own weights (vllm), else only when something needs π_old and the engine did not return it."""
     recompute = config.actor_rollout_ref.actor.recompute_old_log_prob
     if recompute is not None:
         return "recompute" if recompute else "not_needed"
+    rollout_cls = get_rollout_class(config.actor_rollout_ref.rollout.name)
+    if rollout_cls.owns_weights:
+        # An engine with its own weights and kernels (vllm) samples from a slightly different distribution:
+        # π_old is the trainer's, and the pass measures the mismatch (training/rollout_probs_diff_*).
+        return "recompute"
     needed = sizes.optimizer_steps_per_rl_step != 1 or config.algorithm.use_kl_in_reward
     if not needed:
         return "not_needed"
-    rollout_cls = get_rollout_class(config.actor_rollout_ref.rollout.name)
     if not rollout_cls.returns_log_probs or reduced_precision(config):
         return "recompute"
     return "from_rollout"

@@ -5,8 +5,8 @@ this process or in Ray actor processes. Each takes a :class:`DataProto` and, bes
 passes return a :class:`DataProto`, updates a plain metrics dict.
 
 ``ActorRolloutRefWorker`` is the hybrid engine: one worker holding the actor (trained), the
-rollout (generates with the actor's own weights, so there is nothing to synchronise) and,
-when a KL term needs it, a frozen reference copy. ``CriticWorker`` holds the value model,
+rollout (fast / hf generate with the actor's own module; vllm holds a copy of the weights, synchronised
+to the current policy version before it generates) and, when a KL term needs it, a frozen reference copy. ``CriticWorker`` holds the value model,
 ``RewardWorker`` the rule-based reward functions.
 """
 
@@ -52,6 +52,7 @@ from verl.workers.errors import (
 )
 from verl.workers.requests import UpdateRequest
 from verl.workers.rollout import SamplingParams, get_rollout_class
+from verl.workers.rollout.server import RolloutServer, generate_batch
 
 
 def prepare_for_training(
@@ -239,14 +240,48 @@ class ActorRolloutRefWorker(Worker):
 
         self.eos_token_ids = eos_token_ids(self.tokenizer, self.actor_model)
         rollout_cls = get_rollout_class(arr.rollout.name)
+        options: dict[str, Any] = {}
+        if (
+            rollout_cls.owns_weights
+        ):  # an inference engine (vllm): its own copy of the weights, its own settings
+            options = {
+                "config": arr.rollout,
+                "max_model_len": config.data.max_prompt_length + config.data.max_response_length,
+                "seed": config.trainer.seed + self.rank,
+            }
         self.rollout = rollout_cls(
-            self.actor_model, self.eos_token_ids, self.tokenizer.pad_token_id, arr.rollout.micro_batch_size
+            self.actor_model,
+            self.eos_token_ids,
+            self.tokenizer.pad_token_id,
+            arr.rollout.micro_batch_size,
+            **options,
+        )
+        self.policy_version = 0
+        """bumped by every update and checkpoint load: the version an engine with its own weights must hold"""
+        self.server = (
+            RolloutServer(self.rollout, arr.rollout.max_num_seqs) if arr.rollout.mode == "async" else None
         )
 
     def sampling_params(self, validate: bool) -> SamplingParams:
         rollout_cfg = self.config.actor_rollout_ref.rollout
         section = rollout_cfg.val_kwargs if validate else rollout_cfg
-        return SamplingParams.from_config(section, self.config.data.max_response_length)
+        return SamplingParams.from_config(
+            section, self.config.data.max_response_length, rollout_cfg.ignore_eos
+        )
+
+    def _generate(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
+        """The rollout engine's answer: synced to the current policy first when it holds its own weights;
+        through the server in rollout.mode=async."""
+        version = None
+        if self.rollout.owns_weights:
+            version = self.policy_version
+            if self.rollout.weights_version != version:
+                self.rollout.sync_weights(self.actor_model, version)
+        if self.server is not None:
+            return generate_batch(self.server, prompts, sampling, version)
+        if version is None:
+            return self.rollout.generate_sequences(prompts, sampling)
+        return self.rollout.generate_sequences(prompts, sampling, weights_version=version)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     @explain_oom(*GENERATE_KNOBS)
@@ -261,7 +296,7 @@ class ActorRolloutRefWorker(Worker):
         # Sharded, the full weights are gathered once for the whole generation (the hybrid engine's
         # resharding), and freed after it.
         with self.actor.resident(), gathered(self.actor.scorer):
-            output = self.rollout.generate_sequences(prompts, self.sampling_params(validate))
+            output = self._generate(prompts, self.sampling_params(validate))
         # Fields the rollout does not produce (uid, ground truth, reward baselines, ...) pass through.
         for key, values in prompts.non_tensor_batch.items():
             output.non_tensor_batch.setdefault(key, values)
@@ -319,7 +354,9 @@ class ActorRolloutRefWorker(Worker):
             max_tokens=sizes.actor_max_tokens,
             measure_entropy=request.measure_entropy,
         )
-        return run_update(self.actor, update)
+        metrics = run_update(self.actor, update)
+        self.policy_version += 1
+        return metrics
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_hf(self, path: str) -> None:
@@ -346,6 +383,7 @@ class ActorRolloutRefWorker(Worker):
         self.actor.load_checkpoint(
             path, self.rank, load_contents(self.config.actor_rollout_ref.actor.checkpoint)
         )
+        self.policy_version += 1
 
     def get_state(self) -> dict[str, Any] | None:
         """Weights, optimizer and LR schedule: what a restarted worker needs to carry on training (each
@@ -354,6 +392,7 @@ class ActorRolloutRefWorker(Worker):
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.actor.load_training_state(state)
+        self.policy_version += 1
 
 
 class CriticWorker(Worker):

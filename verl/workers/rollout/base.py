@@ -39,6 +39,8 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = -1
     max_new_tokens: int = 32
+    ignore_eos: bool = False
+    """keep generating after an end-of-sequence token: every response is ``max_new_tokens`` long"""
 
     def __post_init__(self) -> None:
         if self.do_sample and not self.temperature > 0:
@@ -48,7 +50,7 @@ class SamplingParams:
             )
 
     @classmethod
-    def from_config(cls, section: Any, max_new_tokens: int) -> SamplingParams:
+    def from_config(cls, section: Any, max_new_tokens: int, ignore_eos: bool = False) -> SamplingParams:
         """``do_sample`` alone decides between sampling and greedy decoding: a temperature <= 0 with
         ``do_sample=true`` is refused (as config validation does) instead of silently decoding greedily."""
         if section.do_sample and not section.temperature > 0:
@@ -62,12 +64,81 @@ class SamplingParams:
             float(section.top_p),
             int(section.top_k),
             max_new_tokens,
+            ignore_eos,
         )
+
+
+class StaleWeightsError(RuntimeError):
+    """A generate asked for weights of one policy version while the engine holds another."""
+
+
+@dataclass(frozen=True)
+class TokenRequest:
+    """One sample to generate, token in: the prompt's ids (no padding) and how to sample.
+
+    ``weights_version``: the policy version the caller expects the engine to hold (None: no check). An
+    engine with its own copy of the weights (vllm) refuses a request for another version.
+    """
+
+    request_id: str
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    weights_version: int | None = None
+
+
+@dataclass(frozen=True)
+class TokenResponse:
+    """One generated sample, token out: ``response_ids`` up to and including the stop token (if any),
+    ``log_probs`` of each (None from an engine that does not return them), ``finish_reason`` "stop" (a
+    stop token) or "length" (max_new_tokens reached)."""
+
+    request_id: str
+    response_ids: list[int]
+    log_probs: list[float] | None
+    finish_reason: str
+
+
+def requests_from_batch(
+    prompts: DataProto, sampling: SamplingParams, weights_version: int | None = None
+) -> list[TokenRequest]:
+    """One request per row of a left-padded prompt batch, the padding dropped; ids are the row numbers."""
+    ids, mask = prompts.batch["input_ids"], prompts.batch["attention_mask"].bool()
+    return [
+        TokenRequest(str(row), ids[row][mask[row]].tolist(), sampling, weights_version)
+        for row in range(len(prompts))
+    ]
+
+
+def batch_from_responses(
+    prompts: DataProto,
+    responses: list[TokenResponse],
+    eos_token_ids: list[int],
+    pad_token_id: int,
+    sampling: SamplingParams,
+) -> DataProto:
+    """The batch layout of `assemble_rollout_output` from one response per prompt row (in row order), with
+    ``rollout_log_probs`` when the responses carry them."""
+    width = sampling.max_new_tokens
+    ids = torch.full((len(responses), width), pad_token_id, dtype=prompts.batch["input_ids"].dtype)
+    log_probs = torch.zeros(len(responses), width, dtype=torch.float32)
+    lengths = torch.tensor([min(len(response.response_ids), width) for response in responses])
+    for row, response in enumerate(responses):
+        n = int(lengths[row])
+        ids[row, :n] = torch.tensor(response.response_ids[:n], dtype=ids.dtype)
+        if response.log_probs is not None:
+            log_probs[row, :n] = torch.tensor(response.log_probs[:n], dtype=torch.float32)
+    stops = [] if sampling.ignore_eos else eos_token_ids
+    output = assemble_rollout_output(prompts, ids, stops, pad_token_id, width, lengths)
+    if all(response.log_probs is not None for response in responses):
+        output.batch["rollout_log_probs"] = log_probs * output.batch["response_mask"]
+    return output
 
 
 def response_mask_from_ids(responses: torch.Tensor, eos_token_ids: list[int]) -> torch.Tensor:
     """1 on every token up to and including the first EOS of each row, 0 after it."""
-    is_eos = torch.isin(responses, torch.tensor(eos_token_ids, device=responses.device))
+    is_eos = torch.isin(
+        responses, torch.tensor(eos_token_ids, dtype=responses.dtype, device=responses.device)
+    )
     # The number of EOS tokens strictly before position t; a token is valid while that is 0.
     eos_before = torch.cumsum(is_eos.long(), dim=1) - is_eos.long()
     return (eos_before == 0).long()
@@ -79,14 +150,18 @@ def assemble_rollout_output(
     eos_token_ids: list[int],
     pad_token_id: int,
     response_length: int,
+    lengths: torch.Tensor | None = None,
 ) -> DataProto:
-    """Pad responses to ``response_length`` and build the full-sequence tensors the actor needs."""
+    """Pad responses to ``response_length`` and build the full-sequence tensors the actor needs. A response
+    ends at its first EOS, and (when ``lengths`` gives each row's generated length) after that many tokens."""
     batch_size = responses.shape[0]
     if responses.shape[1] < response_length:
         pad = responses.new_full((batch_size, response_length - responses.shape[1]), pad_token_id)
         responses = torch.cat([responses, pad], dim=1)
     responses = responses[:, :response_length]
     response_mask = response_mask_from_ids(responses, eos_token_ids)
+    if lengths is not None:
+        response_mask = response_mask * (torch.arange(response_length)[None, :] < lengths[:, None]).long()
     responses = torch.where(response_mask.bool(), responses, torch.full_like(responses, pad_token_id))
 
     prompt_ids = prompts.batch["input_ids"]
@@ -103,3 +178,72 @@ def assemble_rollout_output(
             "position_ids": positions,
         }
     )
+
+
+def left_padded_batch(prompt_ids: list[list[int]], pad_token_id: int) -> DataProto:
+    """A left-padded prompt batch (``input_ids``, ``attention_mask``, ``position_ids``) from unpadded ids."""
+    width = max(len(ids) for ids in prompt_ids)
+    input_ids = torch.full((len(prompt_ids), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros(len(prompt_ids), width, dtype=torch.long)
+    for row, ids in enumerate(prompt_ids):
+        if ids:
+            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[row, width - len(ids) :] = 1
+    return DataProto.from_dict(
+        tensors={
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": position_ids(attention_mask),
+        }
+    )
+
+
+def tokens_through_batch(
+    generate_sequences: Callable[[DataProto, SamplingParams], DataProto],
+    requests: list[TokenRequest],
+    pad_token_id: int,
+    eos_token_ids: list[int],
+) -> list[TokenResponse]:
+    """Token-in / token-out on top of a batch engine: requests with the same sampling settings go through
+    ``generate_sequences`` together, in the order given; each response is cut after its first stop token."""
+    responses: dict[int, TokenResponse] = {}
+    groups: dict[SamplingParams, list[int]] = {}
+    for index, request in enumerate(requests):
+        groups.setdefault(request.sampling, []).append(index)
+    for sampling, indices in groups.items():
+        batch = left_padded_batch([requests[i].prompt_ids for i in indices], pad_token_id)
+        output = generate_sequences(batch, sampling)
+        lengths = output.batch["response_mask"].sum(dim=1).tolist()
+        log_probs = output.batch.get("rollout_log_probs")
+        for row, index in enumerate(indices):
+            n = int(lengths[row])
+            ids = output.batch["responses"][row, :n].tolist()
+            stopped = not sampling.ignore_eos and bool(ids) and ids[-1] in eos_token_ids
+            responses[index] = TokenResponse(
+                requests[index].request_id,
+                ids,
+                None if log_probs is None else log_probs[row, :n].tolist(),
+                "stop" if stopped else "length",
+            )
+    return [responses[index] for index in range(len(requests))]
+
+
+class RolloutEngine:
+    """What the engines that generate with the actor's own module share: they hold no weights of their own
+    (nothing to synchronise after an update), and serve token requests through their batch call."""
+
+    owns_weights = False
+    """True for an engine with its own copy of the weights (vllm), synchronised after every update"""
+    weights_version: int | None = None
+    """the policy version an engine with its own weights holds (see VLLMRollout.sync_weights)"""
+    returns_log_probs = False
+    """whether responses come with the engine's log-probs (``rollout_log_probs``)"""
+    pad_token_id: int
+    eos_token_ids: list[int]
+
+    def generate_sequences(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
+        raise NotImplementedError
+
+    def generate_tokens(self, requests: list[TokenRequest]) -> list[TokenResponse]:
+        """Token-in / token-out (the server mode's call): one response per request, in order."""
+        return tokens_through_batch(self.generate_sequences, requests, self.pad_token_id, self.eos_token_ids)

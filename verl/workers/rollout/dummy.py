@@ -5,11 +5,16 @@ from __future__ import annotations
 import torch
 
 from verl.protocol import DataProto
-from verl.workers.rollout.base import SamplingParams, assemble_rollout_output, register_rollout
+from verl.workers.rollout.base import (
+    RolloutEngine,
+    SamplingParams,
+    assemble_rollout_output,
+    register_rollout,
+)
 
 
 @register_rollout("dummy")
-class DummyRollout:
+class DummyRollout(RolloutEngine):
     """Responses of random tokens (from torch's global generator, so seeded runs repeat), each ending in
     EOS at a random length between 1 and ``max_new_tokens``. Greedy sampling gives the same response for
     every prompt. Useful to test data flow, rewards and updates without paying for generation."""

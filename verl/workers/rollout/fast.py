@@ -36,7 +36,12 @@ import torch
 
 from verl.models.kv_cache import leading_padding_columns
 from verl.protocol import DataProto
-from verl.workers.rollout.base import SamplingParams, assemble_rollout_output, register_rollout
+from verl.workers.rollout.base import (
+    RolloutEngine,
+    SamplingParams,
+    assemble_rollout_output,
+    register_rollout,
+)
 from verl.workers.rollout.decoders import _HFDecoder, _LeanDecoder, lean_decoder_supported
 
 # ----------------------------------------------------------------------------------------------
@@ -104,7 +109,7 @@ def sample_next(logits: torch.Tensor, sampling: SamplingParams) -> tuple[torch.T
 
 
 @register_rollout("fast")
-class FastRollout:
+class FastRollout(RolloutEngine):
     """KV-cached decoding with finished rows dropped, sampling in torch ops, log-probs returned.
 
     ``lean``: use the lean Llama-style decode step (default: whenever ``lean_decoder_supported``),
@@ -151,8 +156,9 @@ class FastRollout:
             responses, log_probs = self._decode(prompts, sampling)
         # Inference-mode tensors cannot be saved for backward, and the update uses these: plain copies.
         responses, log_probs = responses.clone(), log_probs.clone()
+        stops = [] if sampling.ignore_eos else self.eos_token_ids
         output = assemble_rollout_output(
-            prompts, responses, self.eos_token_ids, self.pad_token_id, sampling.max_new_tokens
+            prompts, responses, stops, self.pad_token_id, sampling.max_new_tokens
         )
         output.batch["rollout_log_probs"] = log_probs * output.batch["response_mask"]
         return output
@@ -165,7 +171,8 @@ class FastRollout:
         batch, max_new = input_ids.shape[0], sampling.max_new_tokens
         responses = input_ids.new_full((batch, max_new), self.pad_token_id)
         log_probs = torch.zeros(batch, max_new, dtype=torch.float32, device=input_ids.device)
-        eos = torch.tensor(self.eos_token_ids, dtype=input_ids.dtype, device=input_ids.device)
+        stops = [] if sampling.ignore_eos else self.eos_token_ids
+        eos = torch.tensor(stops, dtype=input_ids.dtype, device=input_ids.device)
 
         decoder = self.decoder_cls(self.model)
         logits = decoder.prefill(input_ids, attention_mask, max_new)

@@ -6,11 +6,16 @@ import torch
 from transformers import PreTrainedModel
 
 from verl.protocol import DataProto
-from verl.workers.rollout.base import SamplingParams, assemble_rollout_output, register_rollout
+from verl.workers.rollout.base import (
+    RolloutEngine,
+    SamplingParams,
+    assemble_rollout_output,
+    register_rollout,
+)
 
 
 @register_rollout("hf")
-class HFRollout:
+class HFRollout(RolloutEngine):
     """Generates with the actor's own module (the hybrid engine: no second copy of the weights)."""
 
     returns_log_probs = False  # no rollout_log_probs: the old_log_prob pass computes them when needed

