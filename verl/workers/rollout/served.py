@@ -1,0 +1,157 @@
+"""What the inference engines with their own copy of the weights share (vllm, sglang).
+
+Such an engine is built from the actor's config with random weights and holds the policy only after
+`ServedEngine.sync_weights`, which records the policy version it now holds. Every generate names the version
+it expects and is refused (`StaleWeightsError`) when the engine holds another: a rollout never runs on stale
+weights by accident. On a GPU an engine may sleep between generates (``free_cache_engine``: KV cache freed,
+weights offloaded); every call that needs it awake wakes it first and puts it back to sleep after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import shutil
+import tempfile
+import weakref
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+import torch
+
+from verl.models.lora import base_model_copy, has_adapters
+from verl.protocol import DataProto
+from verl.workers.rollout.base import (
+    RolloutEngine,
+    SamplingParams,
+    StaleWeightsError,
+    TokenRequest,
+    TokenResponse,
+    batch_from_responses,
+    requests_from_batch,
+)
+
+T = TypeVar("T")
+
+
+def policy_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """A plain model's weights under their HF names, one full tensor at a time: FSDP2 shards gathered tensor
+    by tensor (every rank must iterate alike), tied weights under each of their names (an engine does not tie
+    an output head it is not given). With LoRA adapters, the base weights alone (`base_model_copy`)."""
+    from torch.distributed.tensor import DTensor
+
+    if has_adapters(model):
+        model = base_model_copy(model)
+    for name, tensor in model.state_dict(keep_vars=False).items():
+        if isinstance(tensor, DTensor):
+            tensor = tensor.full_tensor()
+        yield name, tensor.detach()
+
+
+def start_in_process(start: Callable[[], T]) -> T:
+    """Run an engine's start-up without letting it change this process's torch thread count or random
+    generators: vLLM's CPU worker replaces torch.set_num_threads with a no-op, and engines seed the process's
+    generators with their own seed; the trainer sharing the process keeps its own of both."""
+    set_num_threads = torch.set_num_threads
+    state = (random.getstate(), np.random.get_state(), torch.random.get_rng_state())
+    try:
+        return start()
+    finally:
+        torch.set_num_threads = set_num_threads
+        random.setstate(state[0])
+        np.random.set_state(state[1])
+        torch.random.set_rng_state(state[2])
+
+
+class ServedEngine(RolloutEngine):
+    """The version bookkeeping, private directory and sleep / wake of an engine with its own weights.
+
+    A subclass starts its engine in ``__init__`` (after `_setup`) and implements `_load` (make the engine
+    hold a model's weights), `_generate` (answer requests) and, if it can sleep, `_release` / `_resume`."""
+
+    owns_weights = True
+    returns_log_probs = True
+    sleeps = False
+    """whether the engine sleeps between generates (set by the subclass: GPU and free_cache_engine)"""
+
+    def _setup(self, model: torch.nn.Module, eos_token_ids: list[int], pad_token_id: int) -> None:
+        self.eos_token_ids = list(eos_token_ids)
+        self.pad_token_id = pad_token_id
+        self.weights_version: int | None = None
+        # an engine refuses stop ids outside its vocabulary; such an id is never generated, so stops nothing
+        vocab = model.config.get_text_config().vocab_size
+        self.stop_ids = [token for token in self.eos_token_ids if token < vocab]
+        self.dir = Path(tempfile.mkdtemp(prefix=f"verl-{type(self).__name__.lower()}-"))
+        """a private directory (system temp, never a user's path): the config the engine is built from"""
+        weakref.finalize(self, shutil.rmtree, self.dir, True)
+        model.config.to_json_file(self.dir / "config.json")
+        if getattr(model, "generation_config", None) is not None:
+            model.generation_config.to_json_file(self.dir / "generation_config.json")
+        self._sleeping = False
+
+    # -- weights ------------------------------------------------------------------------------------
+
+    def sync_weights(self, model: torch.nn.Module, version: int) -> None:
+        """Make the engine hold ``model``'s weights (the policy) as policy ``version``."""
+        with self._awake():
+            self._load(model)
+        self.weights_version = version
+
+    def check_version(self, expected: int | None) -> None:
+        if expected is not None and expected != self.weights_version:
+            held = (
+                "its random initial weights"
+                if self.weights_version is None
+                else f"version {self.weights_version}"
+            )
+            raise StaleWeightsError(
+                f"generate asked for policy version {expected}, but the {type(self).__name__} engine holds "
+                f"{held}: sync the actor's weights first (sync_weights)"
+            )
+
+    # -- generation ---------------------------------------------------------------------------------
+
+    def generate_tokens(self, requests: list[TokenRequest]) -> list[TokenResponse]:
+        for version in {request.weights_version for request in requests}:
+            self.check_version(version)
+        with self._awake():
+            return self._generate(requests)
+
+    def generate_sequences(
+        self, prompts: DataProto, sampling: SamplingParams, weights_version: int | None = None
+    ) -> DataProto:
+        responses = self.generate_tokens(requests_from_batch(prompts, sampling, weights_version))
+        return batch_from_responses(prompts, responses, self.eos_token_ids, self.pad_token_id, sampling)
+
+    # -- memory (GPU) -------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _awake(self) -> Iterator[None]:
+        if self._sleeping:
+            self._resume()
+            self._sleeping = False
+        try:
+            yield
+        finally:
+            self._sleep()
+
+    def _sleep(self) -> None:
+        if self.sleeps and not self._sleeping:
+            self._release()
+            self._sleeping = True
+
+    # -- what a subclass implements -----------------------------------------------------------------
+
+    def _load(self, model: torch.nn.Module) -> None:
+        raise NotImplementedError
+
+    def _generate(self, requests: list[TokenRequest]) -> list[TokenResponse]:
+        raise NotImplementedError
+
+    def _release(self) -> None:
+        raise NotImplementedError
+
+    def _resume(self) -> None:
+        raise NotImplementedError

@@ -1,0 +1,136 @@
+"""SGLang as the rollout engine (``actor_rollout_ref.rollout.name=sglang``): the vllm engine's shape on
+SGLang's offline ``Engine`` API.
+
+Untested against SGLang itself: SGLang needs a GPU and is not installable on the CPU machines this was built
+on; tests/unit/test_sglang_adapter.py checks it against a stand-in with the API's documented shape
+(``Engine(**server_args)``, ``generate(input_ids=, sampling_params=, return_logprob=True)`` answering
+``output_ids`` and ``meta_info.output_token_logprobs`` / ``finish_reason``, ``update_weights_from_tensor``,
+``release_memory_occupation`` / ``resume_memory_occupation``). Start-up says so.
+
+The engine runs its scheduler in subprocesses: weights go over in buckets of at most 512 MB (tensors by HF
+name; SGLang loads the names it is given). LoRA is not built for it (refused). The log-probs are SGLang's for the sampled tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+from verl.models.loading import resolve_dtype
+from verl.models.lora import has_adapters
+from verl.workers.rollout.base import SamplingParams, TokenRequest, TokenResponse, register_rollout
+from verl.workers.rollout.served import ServedEngine, policy_weights, start_in_process
+
+BUCKET_BYTES = 512 << 20
+"""weights per update_weights_from_tensor call"""
+
+
+def import_sglang() -> Any:
+    try:
+        import sglang
+    except ImportError as error:
+        raise ImportError(
+            f"actor_rollout_ref.rollout.name=sglang needs SGLang ({error}); install it with pip install -e "
+            '".[sglang]" on a GPU machine'
+        ) from error
+    return sglang
+
+
+def buckets(
+    weights: Iterable[tuple[str, torch.Tensor]], limit: int
+) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Consecutive groups of (name, tensor) holding at most ``limit`` bytes each (a larger tensor alone)."""
+    bucket: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, tensor in weights:
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > limit:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += nbytes
+    if bucket:
+        yield bucket
+
+
+@register_rollout("sglang")
+class SGLangRollout(ServedEngine):
+    """An SGLang engine with its own copy of the policy, synchronised by version (see the module docstring)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        eos_token_ids: list[int],
+        pad_token_id: int,
+        micro_batch_size: int | None = None,
+        *,
+        config: Any,
+        max_model_len: int,
+        seed: int = 0,
+    ) -> None:
+        if has_adapters(model):
+            raise ValueError(
+                "rollout.name=sglang with LoRA (model.lora_rank > 0) is not built; use rollout.name=vllm"
+            )
+        sglang = import_sglang()
+        self._setup(model, eos_token_ids, pad_token_id)
+        param = next(model.parameters())
+        dtype = resolve_dtype(config.dtype) if config.dtype else param.dtype
+        on_gpu = param.device.type == "cuda"
+        options: dict[str, Any] = {
+            "model_path": str(self.dir),
+            "dtype": str(dtype).removeprefix("torch."),
+            "context_length": int(config.max_model_len or max_model_len),
+            "load_format": "dummy",
+            "skip_tokenizer_init": True,
+            "random_seed": seed,
+            "mem_fraction_static": float(config.gpu_memory_utilization),
+            "max_running_requests": int(config.max_num_seqs),
+            "enable_memory_saver": on_gpu and bool(config.free_cache_engine),
+            "tp_size": 1,
+            "log_level": "error",
+        }
+        if on_gpu:
+            options["base_gpu_id"] = param.device.index or 0
+        options.update(OmegaConf.to_container(config.engine_kwargs.sglang, resolve=True) or {})
+        self.sleeps = bool(options["enable_memory_saver"])
+        self.engine = start_in_process(lambda: sglang.Engine(**options))
+        self._sleep()
+
+    def _load(self, model: torch.nn.Module) -> None:
+        for bucket in buckets(policy_weights(model), BUCKET_BYTES):
+            self.engine.update_weights_from_tensor(named_tensors=bucket, flush_cache=True)
+
+    def _generate(self, requests: list[TokenRequest]) -> list[TokenResponse]:
+        outputs = self.engine.generate(
+            input_ids=[request.prompt_ids for request in requests],
+            sampling_params=[self._sampling_params(request.sampling) for request in requests],
+            return_logprob=True,
+        )
+        responses = []
+        for request, output in zip(requests, outputs, strict=True):
+            meta = output["meta_info"]
+            log_probs = [float(entry[0]) for entry in meta["output_token_logprobs"]]
+            finish = meta.get("finish_reason") or {}
+            reason = "stop" if finish.get("type") == "stop" else "length"
+            responses.append(TokenResponse(request.request_id, list(output["output_ids"]), log_probs, reason))
+        return responses
+
+    def _sampling_params(self, sampling: SamplingParams) -> dict[str, Any]:
+        return {
+            "temperature": sampling.temperature if sampling.do_sample else 0.0,
+            "top_p": sampling.top_p if sampling.do_sample else 1.0,
+            "top_k": sampling.top_k if sampling.do_sample and sampling.top_k > 0 else -1,
+            "max_new_tokens": sampling.max_new_tokens,
+            "stop_token_ids": [] if sampling.ignore_eos else self.stop_ids,
+            "ignore_eos": sampling.ignore_eos,
+        }
+
+    def _release(self) -> None:
+        self.engine.release_memory_occupation()
+
+    def _resume(self) -> None:
+        self.engine.resume_memory_occupation()
