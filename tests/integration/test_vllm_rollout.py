@@ -332,3 +332,31 @@ def test_lora_syncs_the_base_once_then_only_the_adapters(vllm_ready, model_dir):
         outputs.append(ours.batch["responses"])
     assert len(full_loads) == 1  # the base weights went in once
     assert not torch.equal(outputs[0], outputs[1])
+
+
+def test_two_ray_ranks_each_run_an_engine_synchronised_from_fsdp2_shards(
+    vllm_ready, model_dir, arithmetic_files, tmp_path
+):
+    """2 Ray workers in one torch.distributed world, FSDP2 (the default with 2 ranks): each rank's vLLM engine
+    gets the full weights, gathered tensor by tensor from both ranks' shards, after every update."""
+    from test_rl_steps import parity_reward, small_config
+
+    from verl.trainer.rl_trainer import RLTrainer
+
+    config = small_config(
+        model_dir,
+        arithmetic_files,
+        tmp_path,
+        "actor_rollout_ref.rollout.name=vllm",
+        "trainer.backend=ray",
+        "trainer.n_gpus_per_node=2",
+        "trainer.torch_threads=1",
+        "actor_rollout_ref.actor.optim.lr=1e-2",
+        "trainer.total_training_steps=2",
+    )
+    RLTrainer(config, reward_fn=parity_reward).fit()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 1, 2]
+    for record in records[1:]:
+        assert record["training/rollout_probs_diff_max"] < 1e-4
+        assert abs(record["training/rollout_actor_kl"]) < 1e-6

@@ -38,10 +38,10 @@ def test_requests_drop_the_padding_and_responses_come_back_in_the_batch_layout()
     assert prompts.batch["attention_mask"].tolist() == [[1, 1, 1], [0, 0, 1]]
     sampling = SamplingParams(max_new_tokens=4)
     requests = requests_from_batch(prompts, sampling, weights_version=3)
-    assert [(r.request_id, r.prompt_ids, r.weights_version) for r in requests] == [
-        ("0", [5, 6, 9], 3),
-        ("1", [4], 3),
-    ]
+    assert [(r.prompt_ids, r.weights_version) for r in requests] == [([5, 6, 9], 3), ([4], 3)]
+    call = requests[0].request_id.rpartition("-")[0]
+    assert [r.request_id for r in requests] == [f"{call}-0", f"{call}-1"]
+    assert requests_from_batch(prompts, sampling)[0].request_id != requests[0].request_id  # unique per call
 
     responses = [
         TokenResponse("0", [11, EOS], [-0.5, -0.25], "stop"),
@@ -166,3 +166,86 @@ def test_tokens_carry_their_stop_reason(model) -> None:
     engine = FastRollout(model, list(range(model.config.vocab_size)), PAD)
     (response,) = engine.generate_tokens([TokenRequest("x", [5, 6], SamplingParams(max_new_tokens=5))])
     assert len(response.response_ids) == 1 and response.finish_reason == "stop"
+
+
+class _Slow(RolloutEngine):
+    """Answers each request with its prompt, after ``delay`` seconds per call."""
+
+    pad_token_id, eos_token_ids = PAD, [EOS]
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.seen: list[list[str]] = []
+        self.started = threading.Event()
+
+    def generate_tokens(self, requests: list[TokenRequest]) -> list[TokenResponse]:
+        import time
+
+        self.seen.append([r.request_id for r in requests])
+        self.started.set()
+        time.sleep(self.delay)
+        return [TokenResponse(r.request_id, list(r.prompt_ids), None, "length") for r in requests]
+
+
+def test_a_cancelled_request_is_dropped_and_the_server_keeps_serving() -> None:
+    engine = _Slow(0.3)
+    server = RolloutServer(engine, max_num_seqs=4)
+    sampling = SamplingParams(max_new_tokens=2)
+    first = server.submit(TokenRequest("first", [1], sampling))  # keeps the engine busy for 0.3 s
+    assert engine.started.wait(5)
+
+    async def impatient() -> None:  # waits behind it, and gives up
+        await asyncio.wait_for(server.generate(TokenRequest("waiting", [2], sampling)), timeout=0.05)
+
+    with pytest.raises(asyncio.TimeoutError):
+        asyncio.run(impatient())
+    answers = server.generate_many([TokenRequest("next", [3, 4], sampling)])
+    assert first.result(timeout=5).response_ids == [1] and [a.response_ids for a in answers] == [[3, 4]]
+    assert engine.seen == [["first"], ["next"]]  # the cancelled request never reached the engine
+    server.close()
+
+
+def test_an_engine_answering_the_wrong_number_fails_its_batch_not_the_server() -> None:
+    class Short(_Slow):
+        def generate_tokens(self, requests):
+            return (
+                super().generate_tokens(requests)[:-1]
+                if len(requests) > 1
+                else super().generate_tokens(requests)
+            )
+
+    server = RolloutServer(Short(0.0))
+    sampling = SamplingParams(max_new_tokens=2)
+    with pytest.raises(RuntimeError, match="answered 1 of 2 requests"):
+        server.generate_many([TokenRequest("a", [1], sampling), TokenRequest("b", [2], sampling)])
+    assert server.generate_many([TokenRequest("c", [5], sampling)])[0].response_ids == [5]
+    server.close()
+
+
+def test_a_dropped_server_releases_its_engine_and_thread() -> None:
+    import gc
+    import weakref
+
+    engine = _Slow(0.0)
+    server = RolloutServer(engine)
+    server.generate_many([TokenRequest("a", [1], SamplingParams(max_new_tokens=1))])
+    engine_ref, thread = weakref.ref(engine), server._thread
+    del server, engine
+    gc.collect()
+    thread.join(timeout=5)
+    assert not thread.is_alive() and engine_ref() is None
+
+
+def test_rollout_tensors_follow_the_prompts_device() -> None:
+    """Responses are assembled where the prompts are (a GPU worker's device); `meta` stands in for it."""
+    prompts = left_padded_batch([[5, 6], [7]], PAD, device="meta")
+    assert prompts.batch["input_ids"].device.type == "meta"
+    with pytest.raises(NotImplementedError):  # meta tensors have no values to read back: this is the
+        requests_from_batch(prompts, SamplingParams(max_new_tokens=2))  # only step that needs them
+    cpu = left_padded_batch([[5, 6], [7]], PAD)
+    responses = [
+        TokenResponse("0", [11, EOS], [-0.5, -0.25], "stop"),
+        TokenResponse("1", [12], [-1.0], "length"),
+    ]
+    out = batch_from_responses(cpu.to("meta"), responses, [EOS], PAD, SamplingParams(max_new_tokens=3))
+    assert {t.device.type for t in out.batch.values()} == {"meta"}

@@ -85,3 +85,53 @@ def test_mismatch_metrics_by_hand() -> None:
     # k3 with r = p_actor / p_rollout: (0.8 - 1 - ln 0.8) and (1 - 1 - ln 1) = 0, averaged
     expected = (0.8 - 1 - torch.log(torch.tensor(0.8)).item()) / 2
     assert metrics["training/rollout_actor_kl"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_engine_only_keys_are_reported_with_the_engines_that_ignore_them(monkeypatch) -> None:
+    from verl.config import verl_compat
+
+    monkeypatch.setattr(verl_compat, "engine_installed", lambda engine: True)
+
+    def notices(*overrides: str) -> list[str]:
+        return verl_compat.notices(load_config(overrides=[f"{ARR}.rollout.{o}" for o in overrides]))
+
+    (line,) = notices("enforce_eager=true")
+    assert (
+        "enforce_eager=true has no effect with rollout.name=fast" in line
+        and "read by rollout.name=vllm" in line
+    )
+    assert notices("enforce_eager=true", "name=vllm") == []
+    (line,) = notices("micro_batch_size=4", "name=vllm")
+    assert "micro_batch_size=4 has no effect with rollout.name=vllm" in line
+    # max_num_seqs caps the server's batches in async mode, for every engine
+    assert notices("max_num_seqs=64") and notices("max_num_seqs=64", "mode=async") == []
+
+
+def test_lora_with_fsdp2_is_refused_for_vllm(monkeypatch) -> None:
+    from verl.config import verl_compat
+
+    monkeypatch.setattr(verl_compat, "engine_installed", lambda engine: True)
+    base = [f"{ARR}.rollout.name=vllm", f"{ARR}.model.lora_rank=8"]
+    with pytest.raises(ConfigError, match="synchronising sharded adapters into vLLM is not built"):
+        load_config(overrides=[*base, f"{ARR}.actor.strategy=fsdp2"])
+    assert load_config(overrides=[*base, f"{ARR}.actor.strategy=dp"])[ARR].model.lora_rank == 8
+
+
+def test_engine_kwargs_an_engine_does_not_take_are_dropped_and_named(caplog) -> None:
+    import dataclasses
+
+    from verl.workers.rollout.served import known_engine_args
+
+    @dataclasses.dataclass
+    class EngineArgs:
+        swap_space_gb: int = 4
+        block_size: int = 16
+
+    given = {"block_size": 32, "swap_space": None, "disable_mm_preprocessor_cache": False}
+    with caplog.at_level("WARNING"):
+        assert known_engine_args(given, EngineArgs, "vllm") == {"block_size": 32}
+    assert (
+        "engine_kwargs.vllm: disable_mm_preprocessor_cache, swap_space are not arguments of vllm"
+        in caplog.text
+    )
+    assert known_engine_args(given, None, "sglang") == given  # no argument class to check against

@@ -56,6 +56,8 @@ class RolloutKey:
     """engines that honour any value"""
     what: str
     """what the key does, completing "it ..." in the message"""
+    read_in_async: bool = False
+    """read by every engine in rollout.mode=async (the server's batches)"""
 
 
 ROLLOUT_KEYS = (
@@ -79,6 +81,7 @@ ROLLOUT_KEYS = (
         ("vllm", "sglang"),
         "caps the sequences an inference server batches at once (the other engines take the whole batch, or "
         "rollout.micro_batch_size prompts at a time; in rollout.mode=async it caps the requests per engine call)",
+        read_in_async=True,
     ),
     RolloutKey(
         "max_model_len",
@@ -91,6 +94,22 @@ ROLLOUT_KEYS = (
         (None,),
         ("vllm", "sglang"),
         "sets an inference server's dtype (the other engines generate in the actor's own dtype)",
+    ),
+    RolloutKey(
+        "free_cache_engine",
+        (True,),
+        ("vllm", "sglang"),
+        "puts an inference server to sleep between generates on a GPU",
+    ),
+    RolloutKey("enforce_eager", (None,), ("vllm",), "turns vLLM's CUDA graphs / torch.compile off"),
+    RolloutKey("enable_chunked_prefill", (True,), ("vllm",), "lets vLLM split long prefills"),
+    RolloutKey("enable_prefix_caching", (True,), ("vllm",), "lets vLLM reuse shared prompt prefixes' KV"),
+    RolloutKey("max_num_batched_tokens", (8192,), ("vllm",), "caps the tokens of one vLLM scheduler step"),
+    RolloutKey(
+        "micro_batch_size",
+        (None,),
+        ("fast", "hf", "dummy"),
+        "splits generation into chunks of prompts (vllm and sglang schedule the whole batch themselves)",
     ),
 )
 """inference-server tuning: with another engine these change nothing, and are reported"""
@@ -144,6 +163,12 @@ def _rollout_errors(cfg: DictConfig) -> list[str]:
         f"{line}; leave it at false" for line in _unread([CALCULATE_LOG_PROBS, IGNORE_EOS], rollout)
     )
     lora_rank = cfg.actor_rollout_ref.model.lora_rank
+    if engine == "vllm" and lora_rank and training_strategy(cfg) == "fsdp2":
+        errors.append(
+            f"{ROLLOUT}.name=vllm with actor_rollout_ref.model.lora_rank={lora_rank} and FSDP2 sharding "
+            "(actor.strategy, fsdp2 by default with more than one rank): synchronising sharded adapters into vLLM "
+            "is not built; set actor_rollout_ref.actor.strategy=dp, or rollout.name=fast"
+        )
     if engine == "sglang" and lora_rank:
         errors.append(
             f"{ROLLOUT}.name=sglang with actor_rollout_ref.model.lora_rank={lora_rank}: LoRA is not built for the "
@@ -154,11 +179,15 @@ def _rollout_errors(cfg: DictConfig) -> list[str]:
 
 def _unread(keys: list[RolloutKey], rollout: DictConfig) -> list[str]:
     engine = rollout.name
+
+    def readers(key: RolloutKey) -> tuple[str, ...]:
+        return BUILT_ROLLOUTS if key.read_in_async and rollout.mode == "async" else key.read_by
+
     return [
         f"{ROLLOUT}.{key.name}={as_written(rollout[key.name])} has no effect with rollout.name={engine} "
         f"(it {key.what}{'; read by ' + _engines(key.read_by) if key.read_by else ''})"
         for key in keys
-        if engine not in key.read_by and rollout[key.name] not in key.accepted
+        if engine not in readers(key) and rollout[key.name] not in key.accepted
     ]
 
 

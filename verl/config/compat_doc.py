@@ -47,6 +47,10 @@ defaults). Command line: `key=value`, `+key=value`, `++key=value`, `~key` (back 
 """
 
 
+ENGINE_KWARGS = "actor_rollout_ref.rollout.engine_kwargs"
+"""our free-form mapping of keyword arguments per inference engine"""
+
+
 def _yaml(value: Any) -> str:
     text = json.dumps(value, default=str)
     text = text if len(text) <= 40 else text[:37] + "..."
@@ -54,6 +58,11 @@ def _yaml(value: Any) -> str:
 
 
 def _disposition(key: str, rule: Rule | None, ours: bool, here: dict[str, Any]) -> str:
+    from verl.config.backends import ROLLOUT, ROLLOUT_KEYS
+
+    unread = {f"{ROLLOUT}.{k.name}": k.what for k in ROLLOUT_KEYS if not k.read_by}
+    if key in unread:  # a key of ours no engine reads yet: another value is reported at start-up
+        return f"reported: it {unread[key]}"
     if ours:
         return "works" + (f"; default here {_yaml(here[key])}" if key in here else "")
     assert rule is not None, key
@@ -97,6 +106,12 @@ def _table(config: str, schema: type, rules: tuple[Rule, ...], recipe: str) -> t
 
     for key, entry in verl_keys(config).items():
         ours = key in fields and not fields[key].section
+        if key.startswith(ENGINE_KWARGS + "."):  # inside our free-form mapping: passed to the engine
+            rows.append(
+                f"| `{key}` | | passed to the engine (a name it does not take is logged and dropped) |"
+            )
+            counts["works"] += 1
+            continue
         rule = None if ours else rule_for(key, rules)
         counts["works" if ours else rule.kind] += 1
         differs = {key: here[key]} if ours and key in here and here[key] != entry["default"] else {}

@@ -248,6 +248,7 @@ class ActorRolloutRefWorker(Worker):
                 "config": arr.rollout,
                 "max_model_len": config.data.max_prompt_length + config.data.max_response_length,
                 "seed": config.trainer.seed + self.rank,
+                "device": self.device,
             }
         self.rollout = rollout_cls(
             self.actor_model,
@@ -270,18 +271,23 @@ class ActorRolloutRefWorker(Worker):
         )
 
     def _generate(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
-        """The rollout engine's answer: synced to the current policy first when it holds its own weights;
-        through the server in rollout.mode=async."""
-        version = None
-        if self.rollout.owns_weights:
-            version = self.policy_version
+        """The rollout engine's answer, through the server in rollout.mode=async. An engine with its own
+        weights is synchronised to the current policy first, and kept awake for the sync and the whole
+        generation; the others generate with the actor's module, every weight gathered (the hybrid engine's
+        resharding: FSDP2 gathers once for the whole generation and frees it after)."""
+        if not self.rollout.owns_weights:
+            with gathered(self.actor.scorer):
+                if self.server is not None:
+                    return generate_batch(self.server, prompts, sampling)
+                return self.rollout.generate_sequences(prompts, sampling)
+        version = self.policy_version
+        with self.rollout.awake():
             if self.rollout.weights_version != version:
+                # FSDP2 shards are gathered one tensor at a time as the engine reads them
                 self.rollout.sync_weights(self.actor_model, version)
-        if self.server is not None:
-            return generate_batch(self.server, prompts, sampling, version)
-        if version is None:
-            return self.rollout.generate_sequences(prompts, sampling)
-        return self.rollout.generate_sequences(prompts, sampling, weights_version=version)
+            if self.server is not None:
+                return generate_batch(self.server, prompts, sampling, version)
+            return self.rollout.generate_sequences(prompts, sampling, weights_version=version)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     @explain_oom(*GENERATE_KNOBS)
@@ -293,9 +299,7 @@ class ActorRolloutRefWorker(Worker):
         The prompts' other per-sample fields come back with the output, so the result is the whole batch
         the next steps need.
         """
-        # Sharded, the full weights are gathered once for the whole generation (the hybrid engine's
-        # resharding), and freed after it.
-        with self.actor.resident(), gathered(self.actor.scorer):
+        with self.actor.resident():
             output = self._generate(prompts, self.sampling_params(validate))
         # Fields the rollout does not produce (uid, ground truth, reward baselines, ...) pass through.
         for key, values in prompts.non_tensor_batch.items():

@@ -8,6 +8,7 @@ and the full-sequence ``input_ids``, ``attention_mask``, ``position_ids`` the ac
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -101,10 +102,12 @@ class TokenResponse:
 def requests_from_batch(
     prompts: DataProto, sampling: SamplingParams, weights_version: int | None = None
 ) -> list[TokenRequest]:
-    """One request per row of a left-padded prompt batch, the padding dropped; ids are the row numbers."""
-    ids, mask = prompts.batch["input_ids"], prompts.batch["attention_mask"].bool()
+    """One request per row of a left-padded prompt batch, the padding dropped; ids are ``<call>-<row>``, unique
+    across calls (two batches may be in flight on one server)."""
+    ids, mask = prompts.batch["input_ids"].cpu(), prompts.batch["attention_mask"].bool().cpu()
+    call = uuid.uuid4().hex[:12]
     return [
-        TokenRequest(str(row), ids[row][mask[row]].tolist(), sampling, weights_version)
+        TokenRequest(f"{call}-{row}", ids[row][mask[row]].tolist(), sampling, weights_version)
         for row in range(len(prompts))
     ]
 
@@ -127,6 +130,8 @@ def batch_from_responses(
         ids[row, :n] = torch.tensor(response.response_ids[:n], dtype=ids.dtype)
         if response.log_probs is not None:
             log_probs[row, :n] = torch.tensor(response.log_probs[:n], dtype=torch.float32)
+    device = prompts.batch["input_ids"].device  # built on the CPU, returned beside the prompts
+    ids, log_probs, lengths = ids.to(device), log_probs.to(device), lengths.to(device)
     stops = [] if sampling.ignore_eos else eos_token_ids
     output = assemble_rollout_output(prompts, ids, stops, pad_token_id, width, lengths)
     if all(response.log_probs is not None for response in responses):
@@ -161,7 +166,8 @@ def assemble_rollout_output(
     responses = responses[:, :response_length]
     response_mask = response_mask_from_ids(responses, eos_token_ids)
     if lengths is not None:
-        response_mask = response_mask * (torch.arange(response_length)[None, :] < lengths[:, None]).long()
+        within = torch.arange(response_length, device=lengths.device)[None, :] < lengths[:, None]
+        response_mask = response_mask * within.long()
     responses = torch.where(response_mask.bool(), responses, torch.full_like(responses, pad_token_id))
 
     prompt_ids = prompts.batch["input_ids"]
@@ -180,8 +186,11 @@ def assemble_rollout_output(
     )
 
 
-def left_padded_batch(prompt_ids: list[list[int]], pad_token_id: int) -> DataProto:
-    """A left-padded prompt batch (``input_ids``, ``attention_mask``, ``position_ids``) from unpadded ids."""
+def left_padded_batch(
+    prompt_ids: list[list[int]], pad_token_id: int, device: torch.device | str = "cpu"
+) -> DataProto:
+    """A left-padded prompt batch (``input_ids``, ``attention_mask``, ``position_ids``) from unpadded ids, on
+    ``device``."""
     width = max(len(ids) for ids in prompt_ids)
     input_ids = torch.full((len(prompt_ids), width), pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros(len(prompt_ids), width, dtype=torch.long)
@@ -189,6 +198,7 @@ def left_padded_batch(prompt_ids: list[list[int]], pad_token_id: int) -> DataPro
         if ids:
             input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
             attention_mask[row, width - len(ids) :] = 1
+    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
     return DataProto.from_dict(
         tensors={
             "input_ids": input_ids,
@@ -203,21 +213,25 @@ def tokens_through_batch(
     requests: list[TokenRequest],
     pad_token_id: int,
     eos_token_ids: list[int],
+    device: torch.device | str = "cpu",
 ) -> list[TokenResponse]:
     """Token-in / token-out on top of a batch engine: requests with the same sampling settings go through
-    ``generate_sequences`` together, in the order given; each response is cut after its first stop token."""
+    ``generate_sequences`` together (a batch on ``device``, the engine's), in the order given; each response
+    is cut after its first stop token."""
     responses: dict[int, TokenResponse] = {}
     groups: dict[SamplingParams, list[int]] = {}
     for index, request in enumerate(requests):
         groups.setdefault(request.sampling, []).append(index)
     for sampling, indices in groups.items():
-        batch = left_padded_batch([requests[i].prompt_ids for i in indices], pad_token_id)
+        batch = left_padded_batch([requests[i].prompt_ids for i in indices], pad_token_id, device)
         output = generate_sequences(batch, sampling)
         lengths = output.batch["response_mask"].sum(dim=1).tolist()
         log_probs = output.batch.get("rollout_log_probs")
+        log_probs = None if log_probs is None else log_probs.cpu()
+        responses_ids = output.batch["responses"].cpu()
         for row, index in enumerate(indices):
             n = int(lengths[row])
-            ids = output.batch["responses"][row, :n].tolist()
+            ids = responses_ids[row, :n].tolist()
             stopped = not sampling.ignore_eos and bool(ids) and ids[-1] in eos_token_ids
             responses[index] = TokenResponse(
                 requests[index].request_id,
@@ -246,4 +260,8 @@ class RolloutEngine:
 
     def generate_tokens(self, requests: list[TokenRequest]) -> list[TokenResponse]:
         """Token-in / token-out (the server mode's call): one response per request, in order."""
-        return tokens_through_batch(self.generate_sequences, requests, self.pad_token_id, self.eos_token_ids)
+        model = getattr(self, "model", None)
+        device = next(model.parameters()).device if model is not None else torch.device("cpu")
+        return tokens_through_batch(
+            self.generate_sequences, requests, self.pad_token_id, self.eos_token_ids, device
+        )

@@ -10,16 +10,18 @@ weights offloaded); every call that needs it awake wakes it first and puts it ba
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 import shutil
 import tempfile
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 
 from verl.models.lora import base_model_copy, has_adapters
 from verl.protocol import DataProto
@@ -34,6 +36,7 @@ from verl.workers.rollout.base import (
 )
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 
 def policy_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
@@ -56,6 +59,7 @@ def start_in_process(start: Callable[[], T]) -> T:
     generators with their own seed; the trainer sharing the process keeps its own of both."""
     set_num_threads = torch.set_num_threads
     state = (random.getstate(), np.random.get_state(), torch.random.get_rng_state())
+    cuda_state = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
     try:
         return start()
     finally:
@@ -63,6 +67,31 @@ def start_in_process(start: Callable[[], T]) -> T:
         random.setstate(state[0])
         np.random.set_state(state[1])
         torch.random.set_rng_state(state[2])
+        if cuda_state is not None:
+            torch.cuda.set_rng_state_all(cuda_state)
+
+
+def known_engine_args(extra: Any, args_class: Any, engine: str) -> dict[str, Any]:
+    """``rollout.engine_kwargs.<engine>`` as keyword arguments, without the names ``args_class`` (the engine's
+    argument dataclass) does not have: older verl configs carry defaults later engines dropped
+    (``swap_space``, ``disable_mm_preprocessor_cache``), which would stop the engine from starting. What is
+    dropped is logged."""
+    import dataclasses
+
+    given = OmegaConf.to_container(extra, resolve=True) if OmegaConf.is_config(extra) else dict(extra or {})
+    if not dataclasses.is_dataclass(args_class):
+        return given
+    known = {field.name for field in dataclasses.fields(args_class)}
+    dropped = sorted(set(given) - known)
+    if dropped:
+        logger.warning(
+            "actor_rollout_ref.rollout.engine_kwargs.%s: %s %s not arguments of %s; not passed",
+            engine,
+            ", ".join(dropped),
+            "is" if len(dropped) == 1 else "are",
+            engine,
+        )
+    return {name: value for name, value in given.items() if name in known}
 
 
 class ServedEngine(RolloutEngine):
@@ -90,12 +119,13 @@ class ServedEngine(RolloutEngine):
         if getattr(model, "generation_config", None) is not None:
             model.generation_config.to_json_file(self.dir / "generation_config.json")
         self._sleeping = False
+        self._awake_depth = 0
 
     # -- weights ------------------------------------------------------------------------------------
 
     def sync_weights(self, model: torch.nn.Module, version: int) -> None:
         """Make the engine hold ``model``'s weights (the policy) as policy ``version``."""
-        with self._awake():
+        with self.awake():
             self._load(model)
         self.weights_version = version
 
@@ -116,7 +146,7 @@ class ServedEngine(RolloutEngine):
     def generate_tokens(self, requests: list[TokenRequest]) -> list[TokenResponse]:
         for version in {request.weights_version for request in requests}:
             self.check_version(version)
-        with self._awake():
+        with self.awake():
             return self._generate(requests)
 
     def generate_sequences(
@@ -128,14 +158,19 @@ class ServedEngine(RolloutEngine):
     # -- memory (GPU) -------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _awake(self) -> Iterator[None]:
+    def awake(self) -> Iterator[None]:
+        """The engine awake inside (re-entrant: a sync and the generate calls of one rollout, each awake on its
+        own, share one wake-up and one sleep when the caller holds this around them)."""
         if self._sleeping:
             self._resume()
             self._sleeping = False
+        self._awake_depth += 1
         try:
             yield
         finally:
-            self._sleep()
+            self._awake_depth -= 1
+            if self._awake_depth == 0:
+                self._sleep()
 
     def _sleep(self) -> None:
         if self.sleeps and not self._sleeping:

