@@ -22,8 +22,15 @@ EXCLUDED_ENGINES = {"dummy"}
 
 
 def engines() -> list[str]:
-    """The engines to measure: whatever the registry holds now, ``hf`` (the reference) first."""
-    names = sorted(n for n in ROLLOUT_REGISTRY if n not in EXCLUDED_ENGINES)
+    """The engines to measure: whatever the registry holds now whose package is installed, ``hf`` (the
+    reference) first."""
+    from verl.config.verl_compat import ENGINE_PACKAGES, engine_installed
+
+    names = sorted(
+        n
+        for n in ROLLOUT_REGISTRY
+        if n not in EXCLUDED_ENGINES and (n not in ENGINE_PACKAGES or engine_installed(n))
+    )
     return sorted(names, key=lambda n: n != "hf")
 
 

@@ -35,11 +35,14 @@ def quickstart_dir(tmp_path_factory) -> Path:
     from verl.models import make_tiny_model
 
     root = tmp_path_factory.mktemp("quickstart")
-    # verl's quick start asks for 512 prompt + 512 response tokens: the tiny model must hold 1024 positions
+    # verl's quick start asks for 512 prompt + 512 response tokens: the tiny model must hold 1024 positions;
+    # 2 heads of 32, the narrowest vLLM's CPU attention takes (its rollout.name=vllm runs vLLM where installed)
     make_tiny_model(
         root / "model",
         hidden_size=64,
         num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
         intermediate_size=128,
         max_position_embeddings=1024,
     )
@@ -98,7 +101,9 @@ def test_verl_quickstart_command_trains_two_steps(quickstart_dir: Path, tmp_path
     for role in ("actor", "critic"):
         assert (step / role / "model_optim" / ".metadata").is_file(), role
     saved = (step / "config.yaml").read_text()
-    assert "adv_estimator: gae" in saved and "actor_rollout_ref.rollout.name: vllm" in saved
+    assert "adv_estimator: gae" in saved
+    # verl's engine, run as asked where vLLM is installed; recorded as mapped onto fast where it is not
+    assert ("name: vllm" if vllm_installed() else "actor_rollout_ref.rollout.name: vllm") in saved
 
 
 def test_verl_sft_script_under_torchrun_env_trains(quickstart_dir: Path, tmp_path: Path) -> None:

@@ -248,13 +248,13 @@ def test_batch_api_through_the_server_equals_the_direct_call(engine, model):
 
 
 @pytest.mark.parametrize(
-    ("mode", "strategy", "lora_rank"), [("sync", "dp", 0), ("async", "fsdp2", 0), ("sync", "dp", 8)]
+    ("mode", "strategy", "lora_rank"), [("sync", "dp", 0), ("async", "fsdp2", 0), ("sync", "fsdp2", 8)]
 )
 def test_grpo_steps_with_vllm_sync_every_update_and_report_the_mismatch(
     mode, strategy, lora_rank, vllm_ready, model_dir, arithmetic_files, tmp_path
 ):
     """fsdp2 (one rank, sharded over a one-process group): the weights reach vLLM gathered from DTensors;
-    LoRA: after the first sync only the adapters do."""
+    LoRA (under FSDP2 too): after the first sync only the adapters do."""
     from test_rl_steps import parity_reward, small_config
 
     from verl.trainer.rl_trainer import RLTrainer
@@ -334,11 +334,13 @@ def test_lora_syncs_the_base_once_then_only_the_adapters(vllm_ready, model_dir):
     assert not torch.equal(outputs[0], outputs[1])
 
 
-def test_two_ray_ranks_each_run_an_engine_synchronised_from_fsdp2_shards(
-    vllm_ready, model_dir, arithmetic_files, tmp_path
+@pytest.mark.parametrize("tp", [1, 2])
+def test_two_ray_ranks_synchronise_their_engines_from_fsdp2_shards(
+    tp, vllm_ready, model_dir, arithmetic_files, tmp_path
 ):
-    """2 Ray workers in one torch.distributed world, FSDP2 (the default with 2 ranks): each rank's vLLM engine
-    gets the full weights, gathered tensor by tensor from both ranks' shards, after every update."""
+    """2 Ray workers in one torch.distributed world, FSDP2 (the default with 2 ranks): the engines get the full
+    weights, gathered tensor by tensor from both ranks' shards, after every update. tp=1: an engine per rank;
+    tp=2: one engine sharded over both ranks (vLLM's external launcher), which generate the batch together."""
     from test_rl_steps import parity_reward, small_config
 
     from verl.trainer.rl_trainer import RLTrainer
@@ -353,6 +355,7 @@ def test_two_ray_ranks_each_run_an_engine_synchronised_from_fsdp2_shards(
         "trainer.torch_threads=1",
         "actor_rollout_ref.actor.optim.lr=1e-2",
         "trainer.total_training_steps=2",
+        f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}",
     )
     RLTrainer(config, reward_fn=parity_reward).fit()
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

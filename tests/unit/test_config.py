@@ -71,15 +71,17 @@ def test_inference_server_keys_are_reported_with_the_built_engines(key: str, mon
 
     monkeypatch.setattr(verl_compat, "vllm_installed", lambda: True)
     name, _, value = key.partition("=")
-    # tensor parallelism is read by no engine built here (vllm runs one whole engine per rank)
-    engines = ("fast", "hf", "dummy", "vllm") if "tensor_model" in name else ("fast", "hf", "dummy")
-    readers = "not built" if "tensor_model" in name else "read by rollout.name=vllm or sglang"
-    for engine in engines:
+    readers = (
+        "read by rollout.name=vllm)" if "tensor_model" in name else "read by rollout.name=vllm or sglang"
+    )
+    for engine in ("fast", "hf", "dummy"):
         lines = verl_compat.notices(load_config(overrides=[key, f"{ARR}.rollout.name={engine}"]))
         (line,) = [line for line in lines if line.startswith(name)]
         assert f"{name}={value} has no effect with rollout.name={engine}" in line
         assert readers in line
-    if "tensor_model" not in name:  # vllm reads it
+    if (
+        "tensor_model" not in name
+    ):  # vllm reads it (tensor parallelism: over Ray ranks, tests/unit/test_vllm_settings.py)
         lines = verl_compat.notices(load_config(overrides=[key, f"{ARR}.rollout.name=vllm"]))
         assert not [line for line in lines if line.startswith(name)]
     notices = verl_compat.notices

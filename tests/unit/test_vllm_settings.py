@@ -107,14 +107,35 @@ def test_engine_only_keys_are_reported_with_the_engines_that_ignore_them(monkeyp
     assert notices("max_num_seqs=64") and notices("max_num_seqs=64", "mode=async") == []
 
 
-def test_lora_with_fsdp2_is_refused_for_vllm(monkeypatch) -> None:
+def test_head_sizes_vllms_cpu_attention_cannot_run_are_refused_at_start() -> None:
+    from verl.workers.rollout.vllm import check_cpu_head_dim
+
+    check_cpu_head_dim(Qwen2Config(hidden_size=128, num_attention_heads=4))  # 32 wide
+    with pytest.raises(ValueError, match="heads are 16 wide.*use rollout.name=fast"):
+        check_cpu_head_dim(Qwen2Config(hidden_size=64, num_attention_heads=4))
+
+
+def test_tensor_parallel_vllm_is_checked_against_the_ranks(monkeypatch) -> None:
     from verl.config import verl_compat
 
     monkeypatch.setattr(verl_compat, "engine_installed", lambda engine: True)
-    base = [f"{ARR}.rollout.name=vllm", f"{ARR}.model.lora_rank=8"]
-    with pytest.raises(ConfigError, match="synchronising sharded adapters into vLLM is not built"):
-        load_config(overrides=[*base, f"{ARR}.actor.strategy=fsdp2"])
-    assert load_config(overrides=[*base, f"{ARR}.actor.strategy=dp"])[ARR].model.lora_rank == 8
+    ray = ["trainer.backend=ray", "trainer.n_gpus_per_node=4", f"{ARR}.rollout.name=vllm"]
+    assert (
+        load_config(overrides=[*ray, f"{ARR}.rollout.tensor_model_parallel_size=2"])[
+            ARR
+        ].rollout.tensor_model_parallel_size
+        == 2
+    )
+    with pytest.raises(ConfigError, match="4 actor rank.*do not split into engines of that many"):
+        load_config(overrides=[*ray, f"{ARR}.rollout.tensor_model_parallel_size=3"])
+    with pytest.raises(ConfigError, match="with rollout.mode=async"):
+        load_config(
+            overrides=[*ray, f"{ARR}.rollout.tensor_model_parallel_size=2", f"{ARR}.rollout.mode=async"]
+        )
+    # one process: one whole engine, said at start-up
+    cfg = load_config(overrides=[f"{ARR}.rollout.name=vllm", f"{ARR}.rollout.tensor_model_parallel_size=2"])
+    assert cfg[ARR].rollout.tensor_model_parallel_size == 1
+    assert any("one process holds the whole inference engine" in line for line in verl_compat.notices(cfg))
 
 
 def test_engine_kwargs_an_engine_does_not_take_are_dropped_and_named(caplog) -> None:

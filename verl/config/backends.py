@@ -64,10 +64,9 @@ ROLLOUT_KEYS = (
     RolloutKey(
         "tensor_model_parallel_size",
         (1,),
-        (),
-        "shards an inference server's weights over GPUs: not built; here each actor rank runs a whole engine "
-        "(vllm / sglang with tensor parallel size 1: the same samples, a whole copy of the weights per GPU) or "
-        "generates with the actor's own module",
+        ("vllm",),
+        "shards an inference engine's weights over that many actor ranks (here each sglang engine runs whole, "
+        "and the other engines generate with the actor's own module)",
     ),
     RolloutKey(
         "gpu_memory_utilization",
@@ -162,13 +161,20 @@ def _rollout_errors(cfg: DictConfig) -> list[str]:
     errors.extend(
         f"{line}; leave it at false" for line in _unread([CALCULATE_LOG_PROBS, IGNORE_EOS], rollout)
     )
+    tp, ranks = int(rollout.tensor_model_parallel_size), _ranks(cfg)
+    if engine == "vllm" and tp > 1:
+        if ranks % tp:
+            errors.append(
+                f"{ROLLOUT}.tensor_model_parallel_size={tp}: the {ranks} actor rank(s) (trainer.nnodes x "
+                "n_gpus_per_node with trainer.backend=ray) do not split into engines of that many; use a divisor"
+            )
+        if rollout.mode == "async":
+            errors.append(
+                f"{ROLLOUT}.tensor_model_parallel_size={tp} with rollout.mode=async: a tensor-parallel engine's "
+                "ranks must send the same requests in the same order, which the server's batching does not "
+                "guarantee (not built); use mode=sync"
+            )
     lora_rank = cfg.actor_rollout_ref.model.lora_rank
-    if engine == "vllm" and lora_rank and training_strategy(cfg) == "fsdp2":
-        errors.append(
-            f"{ROLLOUT}.name=vllm with actor_rollout_ref.model.lora_rank={lora_rank} and FSDP2 sharding "
-            "(actor.strategy, fsdp2 by default with more than one rank): synchronising sharded adapters into vLLM "
-            "is not built; set actor_rollout_ref.actor.strategy=dp, or rollout.name=fast"
-        )
     if engine == "sglang" and lora_rank:
         errors.append(
             f"{ROLLOUT}.name=sglang with actor_rollout_ref.model.lora_rank={lora_rank}: LoRA is not built for the "

@@ -321,6 +321,10 @@ def fit_to_machine(cfg: Any) -> dict[str, Any]:
             for key in ("trainer.nnodes", "trainer.n_gpus_per_node"):
                 if OmegaConf.select(cfg, key) != 1:
                     remap(key, 1)
+        if (
+            rollout.name == "vllm" and int(rollout.tensor_model_parallel_size) > 1
+        ):  # one process: a whole engine
+            remap("actor_rollout_ref.rollout.tensor_model_parallel_size", 1)
         if cfg.reward_model.num_workers > 1:
             remap("reward_model.num_workers", 1)
     return mapped
@@ -394,6 +398,11 @@ def _mapped_notice(cfg: Any, key: str, asked: Any) -> str | None:
         )
     if key == "reward_model.num_workers":
         return f"{key}={asked} with trainer.backend=local: rewards are scored in this process"
+    if key == "actor_rollout_ref.rollout.tensor_model_parallel_size":
+        return (
+            f"{key}={asked} with trainer.backend=local: one process holds the whole inference engine (the same "
+            "samples; trainer.backend=ray shards it over the actor ranks)"
+        )
     return None
 
 

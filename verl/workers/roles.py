@@ -33,7 +33,13 @@ from verl.single_controller import Dispatch, Worker, register
 from verl.utils.seeding import configure_torch_threads, set_seed
 from verl.workers.actor import Actor, compute_log_prob
 from verl.workers.critic import Critic
-from verl.workers.engine.distributed import init_distributed, process_group_backend
+from verl.workers.engine.distributed import (
+    consecutive_group,
+    gather_rows,
+    init_distributed,
+    process_group_backend,
+    shared_seed,
+)
 from verl.workers.engine.fsdp import Offload, gathered, shard
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
 from verl.workers.engine.packing import packed_attention_implementation
@@ -259,6 +265,9 @@ class ActorRolloutRefWorker(Worker):
         )
         self.policy_version = 0
         """bumped by every update and checkpoint load: the version an engine with its own weights must hold"""
+        tp = int(arr.rollout.tensor_model_parallel_size)
+        self.engine_group = consecutive_group(tp) if rollout_cls.owns_weights and tp > 1 else None
+        """the ranks sharing one tensor-parallel engine with this one (None: the engine is this rank's alone)"""
         self.server = (
             RolloutServer(self.rollout, arr.rollout.max_num_seqs) if arr.rollout.mode == "async" else None
         )
@@ -287,7 +296,17 @@ class ActorRolloutRefWorker(Worker):
                 self.rollout.sync_weights(self.actor_model, version)
             if self.server is not None:
                 return generate_batch(self.server, prompts, sampling, version)
-            return self.rollout.generate_sequences(prompts, sampling, weights_version=version)
+            if self.engine_group is None:
+                return self.rollout.generate_sequences(prompts, sampling, weights_version=version)
+            # A tensor-parallel engine: its ranks generate the group's prompts together, drawing with shared
+            # per-request seeds, and each keeps its own rows.
+            keys = ("input_ids", "attention_mask", "position_ids")
+            tensors, mine = gather_rows({key: prompts.batch[key] for key in keys}, self.engine_group)
+            seed = shared_seed(self.engine_group)
+            output = self.rollout.generate_sequences(
+                DataProto.from_dict(tensors=tensors), sampling, weights_version=version, seed=seed
+            )
+            return output[mine]
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     @explain_oom(*GENERATE_KNOBS)

@@ -147,3 +147,40 @@ def gradient_sync(module: torch.nn.Module, sync: bool) -> Iterator[None]:
     else:
         with module.no_sync():
             yield
+
+
+def consecutive_group(size: int) -> dist.ProcessGroup:
+    """This rank's group of ``size`` consecutive ranks (0..size-1, size..2*size-1, ...): the grouping vLLM gives
+    a tensor-parallel engine over the world. Every rank creates every group, as torch.distributed requires."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if world % size:
+        raise ValueError(f"{world} ranks do not split into groups of {size}")
+    mine = None
+    for start in range(0, world, size):
+        group = dist.new_group(list(range(start, start + size)))
+        if start <= rank < start + size:
+            mine = group
+    assert mine is not None
+    return mine
+
+
+def gather_rows(
+    tensors: dict[str, torch.Tensor], group: dist.ProcessGroup
+) -> tuple[dict[str, torch.Tensor], slice]:
+    """Every rank's rows of ``tensors`` (same keys on every rank), concatenated in rank order, and the slice of
+    the result that is this rank's."""
+    parts: list[dict[str, torch.Tensor] | None] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(parts, {key: value.cpu() for key, value in tensors.items()}, group=group)
+    sizes = [len(next(iter(part.values()))) for part in parts]
+    index = dist.get_rank(group)
+    start = sum(sizes[:index])
+    device = next(iter(tensors.values())).device
+    gathered = {key: torch.cat([part[key] for part in parts]).to(device) for key in tensors}
+    return gathered, slice(start, start + sizes[index])
+
+
+def shared_seed(group: dist.ProcessGroup) -> int:
+    """A random seed drawn by the group's first rank (from its torch generator), the same on every rank of it."""
+    box = [int(torch.randint(0, 2**31 - 1, (1,)).item())]
+    dist.broadcast_object_list(box, group_src=0, group=group)
+    return box[0]

@@ -85,6 +85,8 @@ class TokenRequest:
     prompt_ids: list[int]
     sampling: SamplingParams
     weights_version: int | None = None
+    seed: int | None = None
+    """this sample's own random seed (None: the engine's stream); vllm honours it"""
 
 
 @dataclass(frozen=True)
@@ -100,14 +102,20 @@ class TokenResponse:
 
 
 def requests_from_batch(
-    prompts: DataProto, sampling: SamplingParams, weights_version: int | None = None
+    prompts: DataProto, sampling: SamplingParams, weights_version: int | None = None, seed: int | None = None
 ) -> list[TokenRequest]:
     """One request per row of a left-padded prompt batch, the padding dropped; ids are ``<call>-<row>``, unique
-    across calls (two batches may be in flight on one server)."""
+    across calls (two batches may be in flight on one server). ``seed``: row r samples with seed + r."""
     ids, mask = prompts.batch["input_ids"].cpu(), prompts.batch["attention_mask"].bool().cpu()
     call = uuid.uuid4().hex[:12]
     return [
-        TokenRequest(f"{call}-{row}", ids[row][mask[row]].tolist(), sampling, weights_version)
+        TokenRequest(
+            f"{call}-{row}",
+            ids[row][mask[row]].tolist(),
+            sampling,
+            weights_version,
+            None if seed is None else seed + row,
+        )
         for row in range(len(prompts))
     ]
 

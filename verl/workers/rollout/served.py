@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from verl.models.lora import base_model_copy, has_adapters
+from verl.models.lora import has_adapters
 from verl.protocol import DataProto
 from verl.workers.rollout.base import (
     RolloutEngine,
@@ -39,18 +39,23 @@ T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 
-def policy_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """A plain model's weights under their HF names, one full tensor at a time: FSDP2 shards gathered tensor
-    by tensor (every rank must iterate alike), tied weights under each of their names (an engine does not tie
-    an output head it is not given). With LoRA adapters, the base weights alone (`base_model_copy`)."""
+def full(tensor: torch.Tensor) -> torch.Tensor:
+    """A full tensor: an FSDP2 shard (DTensor) gathered from every rank (a collective: every rank calls it)."""
     from torch.distributed.tensor import DTensor
 
-    if has_adapters(model):
-        model = base_model_copy(model)
+    return (tensor.full_tensor() if isinstance(tensor, DTensor) else tensor).detach()
+
+
+def policy_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """A model's weights under their HF names, one full tensor at a time (FSDP2 shards gathered tensor by
+    tensor: every rank must iterate alike), tied weights under each of their names (an engine does not tie an
+    output head it is not given). With LoRA adapters, the base weights alone: the adapters are skipped and
+    each adapted layer's ``base_layer`` is named as the plain model names it."""
+    lora = has_adapters(model)
     for name, tensor in model.state_dict(keep_vars=False).items():
-        if isinstance(tensor, DTensor):
-            tensor = tensor.full_tensor()
-        yield name, tensor.detach()
+        if lora and ".lora_" in name:
+            continue
+        yield (name.replace(".base_layer.", ".") if lora else name), full(tensor)
 
 
 def start_in_process(start: Callable[[], T]) -> T:
@@ -150,9 +155,15 @@ class ServedEngine(RolloutEngine):
             return self._generate(requests)
 
     def generate_sequences(
-        self, prompts: DataProto, sampling: SamplingParams, weights_version: int | None = None
+        self,
+        prompts: DataProto,
+        sampling: SamplingParams,
+        weights_version: int | None = None,
+        seed: int | None = None,
     ) -> DataProto:
-        responses = self.generate_tokens(requests_from_batch(prompts, sampling, weights_version))
+        """The batch API; ``seed`` gives row r the sampling seed seed + r (what the ranks of a tensor-parallel
+        engine need to draw alike)."""
+        responses = self.generate_tokens(requests_from_batch(prompts, sampling, weights_version, seed))
         return batch_from_responses(prompts, responses, self.eos_token_ids, self.pad_token_id, sampling)
 
     # -- memory (GPU) -------------------------------------------------------------------------------

