@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from verl.models.loading import resolve_dtype
 from verl.models.lora import has_adapters
 from verl.protocol import DataProto
 from verl.workers.rollout.base import (
@@ -110,7 +111,17 @@ class ServedEngine(RolloutEngine):
     sleeps = False
     """whether the engine sleeps between generates (set by the subclass: GPU and free_cache_engine)"""
 
-    def _setup(self, model: torch.nn.Module, eos_token_ids: list[int], pad_token_id: int) -> None:
+    def _setup(
+        self,
+        model: torch.nn.Module,
+        eos_token_ids: list[int],
+        pad_token_id: int,
+        config: Any,
+        device: torch.device | None,
+    ) -> tuple[torch.dtype, torch.device]:
+        """The engine-independent state; returns the dtype to generate in (``rollout.dtype``, else the
+        weights') and the device to generate on: the worker's (the actor's weights may sit on the CPU,
+        offloaded, while it trains on a GPU), else the weights'."""
         self.eos_token_ids = list(eos_token_ids)
         self.pad_token_id = pad_token_id
         self.weights_version: int | None = None
@@ -125,6 +136,8 @@ class ServedEngine(RolloutEngine):
             model.generation_config.to_json_file(self.dir / "generation_config.json")
         self._sleeping = False
         self._awake_depth = 0
+        param = next(model.parameters())
+        return (resolve_dtype(config.dtype) if config.dtype else param.dtype), (device or param.device)
 
     # -- weights ------------------------------------------------------------------------------------
 

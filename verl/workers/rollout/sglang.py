@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 
-from verl.models.loading import resolve_dtype
 from verl.models.lora import has_adapters
 from verl.workers.rollout.base import SamplingParams, TokenRequest, TokenResponse, register_rollout
 from verl.workers.rollout.served import ServedEngine, known_engine_args, policy_weights, start_in_process
@@ -76,10 +75,7 @@ class SGLangRollout(ServedEngine):
                 "rollout.name=sglang with LoRA (model.lora_rank > 0) is not built; use rollout.name=vllm"
             )
         sglang = import_sglang()
-        self._setup(model, eos_token_ids, pad_token_id)
-        param = next(model.parameters())
-        dtype = resolve_dtype(config.dtype) if config.dtype else param.dtype
-        device = device or param.device
+        dtype, device = self._setup(model, eos_token_ids, pad_token_id, config, device)
         on_gpu = device.type == "cuda"
         options: dict[str, Any] = {
             "model_path": str(self.dir),

@@ -38,7 +38,6 @@ from typing import Any
 
 import torch
 
-from verl.models.loading import resolve_dtype
 from verl.models.lora import adapter_config, has_adapters
 from verl.workers.rollout.base import SamplingParams, TokenRequest, TokenResponse, register_rollout
 from verl.workers.rollout.served import (
@@ -164,11 +163,8 @@ class VLLMRollout(ServedEngine):
     ) -> None:
         vllm = import_vllm()
         self._vllm = vllm
-        self._setup(model, eos_token_ids, pad_token_id)
-        param = next(model.parameters())
-        dtype = resolve_dtype(config.dtype) if config.dtype else param.dtype
-        # the worker's device: the actor's weights may sit on the CPU (offloaded) while it trains on a GPU
-        on_gpu = (device or param.device).type == "cuda"
+        dtype, device = self._setup(model, eos_token_ids, pad_token_id, config, device)
+        on_gpu = device.type == "cuda"
         max_model_len = int(config.max_model_len or max_model_len)
         options: dict[str, Any] = {
             "model": str(self.dir),
