@@ -50,6 +50,10 @@ class SamplingParams:
                 "temperature > 0; greedy decoding is do_sample=False"
             )
 
+    def stop_tokens(self, eos_token_ids: list[int]) -> list[int]:
+        """The token ids that end a response: the EOS ids, or none with ``ignore_eos``."""
+        return [] if self.ignore_eos else list(eos_token_ids)
+
     @classmethod
     def from_config(cls, section: Any, max_new_tokens: int, ignore_eos: bool = False) -> SamplingParams:
         """``do_sample`` alone decides between sampling and greedy decoding: a temperature <= 0 with
@@ -140,8 +144,9 @@ def batch_from_responses(
             log_probs[row, :n] = torch.tensor(response.log_probs[:n], dtype=torch.float32)
     device = prompts.batch["input_ids"].device  # built on the CPU, returned beside the prompts
     ids, log_probs, lengths = ids.to(device), log_probs.to(device), lengths.to(device)
-    stops = [] if sampling.ignore_eos else eos_token_ids
-    output = assemble_rollout_output(prompts, ids, stops, pad_token_id, width, lengths)
+    output = assemble_rollout_output(
+        prompts, ids, sampling.stop_tokens(eos_token_ids), pad_token_id, width, lengths
+    )
     if all(response.log_probs is not None for response in responses):
         output.batch["rollout_log_probs"] = log_probs * output.batch["response_mask"]
     return output
@@ -240,7 +245,7 @@ def tokens_through_batch(
         for row, index in enumerate(indices):
             n = int(lengths[row])
             ids = responses_ids[row, :n].tolist()
-            stopped = not sampling.ignore_eos and bool(ids) and ids[-1] in eos_token_ids
+            stopped = bool(ids) and ids[-1] in sampling.stop_tokens(eos_token_ids)
             responses[index] = TokenResponse(
                 requests[index].request_id,
                 ids,

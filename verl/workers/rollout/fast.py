@@ -156,9 +156,12 @@ class FastRollout(RolloutEngine):
             responses, log_probs = self._decode(prompts, sampling)
         # Inference-mode tensors cannot be saved for backward, and the update uses these: plain copies.
         responses, log_probs = responses.clone(), log_probs.clone()
-        stops = [] if sampling.ignore_eos else self.eos_token_ids
         output = assemble_rollout_output(
-            prompts, responses, stops, self.pad_token_id, sampling.max_new_tokens
+            prompts,
+            responses,
+            sampling.stop_tokens(self.eos_token_ids),
+            self.pad_token_id,
+            sampling.max_new_tokens,
         )
         output.batch["rollout_log_probs"] = log_probs * output.batch["response_mask"]
         return output
@@ -171,8 +174,9 @@ class FastRollout(RolloutEngine):
         batch, max_new = input_ids.shape[0], sampling.max_new_tokens
         responses = input_ids.new_full((batch, max_new), self.pad_token_id)
         log_probs = torch.zeros(batch, max_new, dtype=torch.float32, device=input_ids.device)
-        stops = [] if sampling.ignore_eos else self.eos_token_ids
-        eos = torch.tensor(stops, dtype=input_ids.dtype, device=input_ids.device)
+        eos = torch.tensor(
+            sampling.stop_tokens(self.eos_token_ids), dtype=input_ids.dtype, device=input_ids.device
+        )
 
         decoder = self.decoder_cls(self.model)
         logits = decoder.prefill(input_ids, attention_mask, max_new)

@@ -103,25 +103,32 @@ def known_engine_args(extra: Any, args_class: Any, engine: str) -> dict[str, Any
 class ServedEngine(RolloutEngine):
     """The version bookkeeping, private directory and sleep / wake of an engine with its own weights.
 
-    A subclass starts its engine in ``__init__`` (after `_setup`) and implements `_load` (make the engine
-    hold a model's weights), `_generate` (answer requests) and, if it can sleep, `_release` / `_resume`."""
+    A subclass implements `_import` (refuse a model it cannot serve, import its package), `_start` (start the
+    engine from ``self.dir``; set ``sleeps``), `_load` (make the engine hold a model's weights), `_generate`
+    (answer requests) and, if it can sleep, `_release` / `_resume`."""
 
     owns_weights = True
     returns_log_probs = True
     sleeps = False
     """whether the engine sleeps between generates (set by the subclass: GPU and free_cache_engine)"""
 
-    def _setup(
+    def __init__(
         self,
         model: torch.nn.Module,
         eos_token_ids: list[int],
         pad_token_id: int,
+        micro_batch_size: int | None = None,
+        *,
         config: Any,
-        device: torch.device | None,
-    ) -> tuple[torch.dtype, torch.device]:
-        """The engine-independent state; returns the dtype to generate in (``rollout.dtype``, else the
-        weights') and the device to generate on: the worker's (the actor's weights may sit on the CPU,
-        offloaded, while it trains on a GPU), else the weights'."""
+        max_model_len: int,
+        seed: int = 0,
+        device: torch.device | None = None,
+    ) -> None:
+        """``config`` is the ``actor_rollout_ref.rollout`` section; ``max_model_len`` the longest prompt +
+        response the run makes (``rollout.max_model_len`` overrides it); ``seed`` the engine's sampling seed;
+        ``device`` the worker's (the actor's weights may sit on the CPU, offloaded, while it trains on a GPU;
+        unset: the weights'). ``micro_batch_size`` is not read: the engine schedules the whole batch itself."""
+        module = self._import(model)
         self.eos_token_ids = list(eos_token_ids)
         self.pad_token_id = pad_token_id
         self.weights_version: int | None = None
@@ -137,7 +144,17 @@ class ServedEngine(RolloutEngine):
         self._sleeping = False
         self._awake_depth = 0
         param = next(model.parameters())
-        return (resolve_dtype(config.dtype) if config.dtype else param.dtype), (device or param.device)
+        dtype = resolve_dtype(config.dtype) if config.dtype else param.dtype
+        self._start(
+            module,
+            model,
+            config,
+            dtype,
+            device or param.device,
+            int(config.max_model_len or max_model_len),
+            seed,
+        )
+        self._sleep()
 
     # -- weights ------------------------------------------------------------------------------------
 
@@ -202,6 +219,21 @@ class ServedEngine(RolloutEngine):
             self._sleeping = True
 
     # -- what a subclass implements -----------------------------------------------------------------
+
+    def _import(self, model: torch.nn.Module) -> Any:
+        raise NotImplementedError
+
+    def _start(
+        self,
+        module: Any,
+        model: torch.nn.Module,
+        config: Any,
+        dtype: torch.dtype,
+        device: torch.device,
+        max_model_len: int,
+        seed: int,
+    ) -> None:
+        raise NotImplementedError
 
     def _load(self, model: torch.nn.Module) -> None:
         raise NotImplementedError

@@ -56,31 +56,31 @@ def buckets(
 
 @register_rollout("sglang")
 class SGLangRollout(ServedEngine):
-    """An SGLang engine with its own copy of the policy, synchronised by version (see the module docstring)."""
+    """An SGLang engine with its own copy of the policy, synchronised by version (see the module docstring;
+    the constructor's arguments: `ServedEngine`)."""
 
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        eos_token_ids: list[int],
-        pad_token_id: int,
-        micro_batch_size: int | None = None,
-        *,
-        config: Any,
-        max_model_len: int,
-        seed: int = 0,
-        device: torch.device | None = None,
-    ) -> None:
+    def _import(self, model: torch.nn.Module) -> Any:
         if has_adapters(model):
             raise ValueError(
                 "rollout.name=sglang with LoRA (model.lora_rank > 0) is not built; use rollout.name=vllm"
             )
-        sglang = import_sglang()
-        dtype, device = self._setup(model, eos_token_ids, pad_token_id, config, device)
+        return import_sglang()
+
+    def _start(
+        self,
+        module: Any,
+        model: torch.nn.Module,
+        config: Any,
+        dtype: torch.dtype,
+        device: torch.device,
+        max_model_len: int,
+        seed: int,
+    ) -> None:
         on_gpu = device.type == "cuda"
         options: dict[str, Any] = {
             "model_path": str(self.dir),
             "dtype": str(dtype).removeprefix("torch."),
-            "context_length": int(config.max_model_len or max_model_len),
+            "context_length": max_model_len,
             "load_format": "dummy",
             "skip_tokenizer_init": True,
             "random_seed": seed,
@@ -96,11 +96,9 @@ class SGLangRollout(ServedEngine):
             from sglang.srt.server_args import ServerArgs
         except ImportError:  # the arguments are then passed unchecked
             ServerArgs = None  # noqa: N806
-        server_args = ServerArgs
-        options.update(known_engine_args(config.engine_kwargs.sglang, server_args, "sglang"))
+        options.update(known_engine_args(config.engine_kwargs.sglang, ServerArgs, "sglang"))
         self.sleeps = bool(options["enable_memory_saver"])
-        self.engine = start_in_process(lambda: sglang.Engine(**options))
-        self._sleep()
+        self.engine = start_in_process(lambda: module.Engine(**options))
 
     def _load(self, model: torch.nn.Module) -> None:
         for bucket in buckets(policy_weights(model), BUCKET_BYTES):
@@ -127,7 +125,7 @@ class SGLangRollout(ServedEngine):
             "top_p": sampling.top_p if sampling.do_sample else 1.0,
             "top_k": sampling.top_k if sampling.do_sample and sampling.top_k > 0 else -1,
             "max_new_tokens": sampling.max_new_tokens,
-            "stop_token_ids": [] if sampling.ignore_eos else self.stop_ids,
+            "stop_token_ids": sampling.stop_tokens(self.stop_ids),
             "ignore_eos": sampling.ignore_eos,
         }
 

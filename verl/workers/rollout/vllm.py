@@ -135,7 +135,7 @@ def check_cpu_head_dim(hf_config: Any) -> None:
 
 def kv_cache_bytes(hf_config: Any, dtype: torch.dtype, max_num_seqs: int, max_model_len: int) -> int:
     """Bytes of KV cache for ``max_num_seqs`` sequences of ``max_model_len`` tokens, within KV_CACHE_BOUNDS."""
-    text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+    text = hf_config.get_text_config()
     kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
     per_token = 2 * text.num_hidden_layers * kv_heads * head_dim(hf_config) * torch.finfo(dtype).bits // 8
     low, high = KV_CACHE_BOUNDS
@@ -144,28 +144,24 @@ def kv_cache_bytes(hf_config: Any, dtype: torch.dtype, max_num_seqs: int, max_mo
 
 @register_rollout("vllm")
 class VLLMRollout(ServedEngine):
-    """A vLLM engine holding its own copy of the policy, synchronised by version (see the module docstring).
+    """A vLLM engine holding its own copy of the policy, synchronised by version (see the module docstring;
+    the constructor's arguments: `ServedEngine`)."""
 
-    ``config`` is the ``actor_rollout_ref.rollout`` section; ``max_model_len`` the longest prompt +
-    response the run makes (``rollout.max_model_len`` overrides it); ``seed`` vLLM's sampling seed."""
+    def _import(self, model: torch.nn.Module) -> Any:
+        return import_vllm()
 
-    def __init__(
+    def _start(
         self,
+        module: Any,
         model: torch.nn.Module,
-        eos_token_ids: list[int],
-        pad_token_id: int,
-        micro_batch_size: int | None = None,
-        *,
         config: Any,
+        dtype: torch.dtype,
+        device: torch.device,
         max_model_len: int,
-        seed: int = 0,
-        device: torch.device | None = None,
+        seed: int,
     ) -> None:
-        vllm = import_vllm()
-        self._vllm = vllm
-        dtype, device = self._setup(model, eos_token_ids, pad_token_id, config, device)
+        self._vllm = module
         on_gpu = device.type == "cuda"
-        max_model_len = int(config.max_model_len or max_model_len)
         options: dict[str, Any] = {
             "model": str(self.dir),
             "dtype": str(dtype).removeprefix("torch."),
@@ -184,8 +180,6 @@ class VLLMRollout(ServedEngine):
         }
         if config.max_num_batched_tokens is not None:
             options["max_num_batched_tokens"] = max(int(config.max_num_batched_tokens), max_model_len)
-        if not on_gpu:
-            check_cpu_head_dim(model.config)
         self.tensor_parallel_size = int(config.tensor_model_parallel_size)
         if self.tensor_parallel_size > 1:
             # One engine over a group of actor ranks, each holding a shard: the ranks of the trainer's
@@ -195,9 +189,10 @@ class VLLMRollout(ServedEngine):
                 tensor_parallel_size=self.tensor_parallel_size,
                 distributed_executor_backend="external_launcher",
             )
-            if not on_gpu:
-                clear_stale_cpu_shm(self.tensor_parallel_size)
         if not on_gpu:
+            check_cpu_head_dim(model.config)
+            if self.tensor_parallel_size > 1:
+                clear_stale_cpu_shm(self.tensor_parallel_size)
             options["kv_cache_memory_bytes"] = (
                 kv_cache_bytes(model.config, dtype, int(config.max_num_seqs), max_model_len)
                 // self.tensor_parallel_size
@@ -214,10 +209,9 @@ class VLLMRollout(ServedEngine):
             options.update(
                 enable_lora=True, max_loras=1, max_lora_rank=min(r for r in LORA_RANKS if r >= rank)
             )
-        options.update(known_engine_args(config.engine_kwargs.vllm, vllm.EngineArgs, "vllm"))
+        options.update(known_engine_args(config.engine_kwargs.vllm, module.EngineArgs, "vllm"))
         self.sleeps = bool(options["enable_sleep_mode"])
-        self.llm = start_in_process(lambda: vllm.LLM(**options))
-        self._sleep()
+        self.llm = start_in_process(lambda: module.LLM(**options))
 
     # -- weights ------------------------------------------------------------------------------------
 
@@ -278,7 +272,7 @@ class VLLMRollout(ServedEngine):
             top_p=sampling.top_p if sampling.do_sample else 1.0,
             top_k=sampling.top_k if sampling.do_sample and sampling.top_k > 0 else 0,
             max_tokens=sampling.max_new_tokens,
-            stop_token_ids=[] if sampling.ignore_eos else self.stop_ids,
+            stop_token_ids=sampling.stop_tokens(self.stop_ids),
             ignore_eos=sampling.ignore_eos,
             logprobs=0,
             detokenize=False,
