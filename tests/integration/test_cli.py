@@ -104,13 +104,15 @@ def test_custom_step_function_from_a_user_file(tmp_path, tiny_model_dir, arithme
         f"trainer.default_local_dir={tmp_path / 'out'}",
         "prepare.enable=false",
     ]
-    result = run_verl("run", "--step", "my_step.py:counted_step", *common, cwd=tmp_path)
+    result = run_verl("run", "--config", "grpo", "--step", "my_step.py:counted_step", *common, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     records = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert [r["custom/rows"] for r in records] == [4.0, 4.0]  # 2 prompts x 2 samples, every step
     assert all("actor/pg_loss" in r for r in records)
     common[-2] = f"trainer.default_local_dir={tmp_path / 'other'}"  # 'out' holds the run above
-    bad = run_verl("run", "trainer.step=my_step.py:NOT_A_STEP", *common, cwd=tmp_path)
+    bad = run_verl("run", "--config", "grpo", "trainer.step=my_step.py:NOT_A_STEP", *common, cwd=tmp_path)
     assert bad.returncode == 2 and "trainer.step='my_step.py:NOT_A_STEP' must be a function" in bad.stderr
-    missing = run_verl("run", "trainer.step=my_step.py:no_such_step", *common, cwd=tmp_path)
+    missing = run_verl(
+        "run", "--config", "grpo", "trainer.step=my_step.py:no_such_step", *common, cwd=tmp_path
+    )
     assert missing.returncode == 2 and "has no step function 'no_such_step'" in missing.stderr

@@ -55,6 +55,8 @@ def cache(tmp_path) -> Path:
 def run_args(tmp_path: Path, cache: Path, *overrides: str) -> list[str]:
     return [
         "run",
+        "--config",
+        "grpo",  # the demo's tiny model and settings, with the user's data or model
         *FAST,
         f"trainer.default_local_dir={tmp_path / 'run'}",
         f"prepare.cache_dir={cache}",

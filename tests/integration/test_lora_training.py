@@ -13,6 +13,7 @@ import torch.multiprocessing as mp
 from _small_run import small_run
 from _weights import assert_same_adam_update
 from omegaconf import OmegaConf
+from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from verl.config import load_config
@@ -96,7 +97,10 @@ def test_lora_rl_trains_the_adapters_only(lora_run, tiny_model_dir):
     assert adapters_b and all(v.abs().max() > 0 for v in adapters_b)  # B starts at 0: it learned
     last = metrics_by_step(out)[STEPS]
     assert last["actor/grad_norm"] > 0 and "actor/kl_loss" in last
-    assert (out / f"global_step_{STEPS}" / "actor" / ADAPTER_CONFIG).is_file()
+    part = out / f"global_step_{STEPS}" / "actor"
+    assert (part / ADAPTER_CONFIG).is_file() and (part / "base_model.json").is_file()
+    saved = load_file(part / "model.safetensors")  # the adapters alone: the base comes from model.path
+    assert saved.keys() == {k for k in state if ".lora_" in k}
 
 
 def test_export_merges_the_adapters_into_a_plain_model(lora_run, tiny_model_dir, tmp_path):

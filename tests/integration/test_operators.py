@@ -65,7 +65,7 @@ def policy_weights(trainer: RLTrainer) -> dict[str, torch.Tensor]:
 def test_flow_with_python_reward_trains_two_steps(tiny_model_dir, arithmetic_files, tmp_path):
     flow = grpo_flow(tiny_model_dir, reward_fn=letter_share, components=("policy_loss", "kl_loss", "entropy"))
     SCORED.clear()
-    controller = flow.build(overrides=tiny_overrides(arithmetic_files, tmp_path))
+    controller = flow.build("grpo", overrides=tiny_overrides(arithmetic_files, tmp_path))
     try:
         actor_cfg = controller.config.actor_rollout_ref.actor
         assert actor_cfg.use_kl_loss and actor_cfg.entropy_coeff > 0
@@ -97,7 +97,7 @@ def test_swapping_the_rollout_engine_changes_only_its_name(tiny_model_dir, arith
             "trainer.on_existing_run=move_aside",  # the second run into the same directory
         )
         configs[engine] = flow.config(overrides=overrides)
-        summary = flow.run(overrides=overrides)
+        summary = flow.run("grpo", overrides=overrides)
         assert summary["last_metrics"]["training/global_step"] == 1
         assert "actor/pg_loss" in summary["last_metrics"]
     hf, dummy = (_flat(to_container(configs[e])) for e in ("hf", "dummy"))

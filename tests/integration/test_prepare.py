@@ -28,7 +28,7 @@ SMALL = [
 
 
 def keys(*overrides: str, cache_dir: Path = Path("/nowhere")) -> dict[str, str]:
-    plan = plan_inputs(load_config(None, [f"prepare.cache_dir={cache_dir}", *overrides]))
+    plan = plan_inputs(load_config("grpo", [f"prepare.cache_dir={cache_dir}", *overrides]))
     return {a.kind: a.key for a in plan.artifacts()}
 
 
@@ -69,14 +69,14 @@ def test_paths_the_user_gives_are_used_as_they_are(tmp_path, tiny_model_dir):
     assert set(with_data) == {"tiny-model", "tiny-model-sft"}  # the warm start trains on the user's file
     train.write_bytes(b"edited")
     assert keys(f"data.train_files={train}")["tiny-model-sft"] != with_data["tiny-model-sft"]
-    config = prepare_inputs(load_config(None, ["prepare.enable=false", f"actor_rollout_ref.model.path={tiny_model_dir}",
+    config = prepare_inputs(load_config("grpo", ["prepare.enable=false", f"actor_rollout_ref.model.path={tiny_model_dir}",
                                                f"data.train_files={train}"]))  # fmt: skip
     assert config.actor_rollout_ref.model.path == str(tiny_model_dir)
     # A model path that does not exist is refused, and nothing is created there.
     with pytest.raises(
         InputError, match=r"actor_rollout_ref\.model\.path=.*my-model: the model directory does not exist"
     ):
-        prepare_inputs(load_config(None, ["prepare.enable=false", f"actor_rollout_ref.model.path={model}",
+        prepare_inputs(load_config("grpo", ["prepare.enable=false", f"actor_rollout_ref.model.path={model}",
                                           f"data.train_files={train}"]))  # fmt: skip
     assert not model.exists()
 

@@ -60,7 +60,7 @@ def metrics_by_step(out_dir):
 def run_cli(args, env=None, kill_after_step=None):
     """``verl run`` in a child process; with ``kill_after_step`` it is SIGKILLed once that step is logged."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "verl.cli", "run", *args],
+        [sys.executable, "-m", "verl.cli", "run", "--config", "grpo", *args],
         env={**os.environ, **(env or {})},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -207,8 +207,11 @@ def test_ppo_with_critic_and_warmup(tiny_model_dir, arithmetic_files, tmp_path):
 
 
 # ppo_trainer holds verl's defaults at verl's sizes (512-token prompts and responses): verl's quick start runs
-# it (tests/integration/test_verl_quickstart.py). The *sft* recipes are SFT configs.
-RL_RECIPES = [name for name in list_recipes() if "sft" not in name and name != "ppo_trainer"]
+# it (tests/integration/test_verl_quickstart.py); grpo_verl is the same sizes made GRPO (its keys:
+# tests/unit/test_recipes.py). The *sft* recipes are SFT configs.
+RL_RECIPES = [
+    name for name in list_recipes() if "sft" not in name and name not in ("ppo_trainer", "grpo_verl")
+]
 
 
 @pytest.mark.parametrize("recipe", RL_RECIPES)

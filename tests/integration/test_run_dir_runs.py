@@ -52,7 +52,7 @@ def logged_steps(out_dir: Path) -> list[int]:
 def earlier_run(tiny_model_dir, arithmetic_files, tmp_path_factory):
     """A finished 3-step run with a checkpoint per step, and the digest of its files."""
     out = tmp_path_factory.mktemp("earlier") / "run"
-    assert main(["run", *run_args(tiny_model_dir, arithmetic_files, out)]) == 0
+    assert main(["run", "--config", "grpo", *run_args(tiny_model_dir, arithmetic_files, out)]) == 0
     return out, digest(out)
 
 
@@ -65,7 +65,7 @@ def test_a_fresh_run_with_a_checkpoint_cap_is_refused_and_the_earlier_run_is_unt
         "trainer.resume_mode=disable",
         "trainer.max_actor_ckpt_to_keep=1",
     ]
-    assert main(["run", *run_args(tiny_model_dir, arithmetic_files, out, *extra)]) == 4
+    assert main(["run", "--config", "grpo", *run_args(tiny_model_dir, arithmetic_files, out, *extra)]) == 4
     err = capsys.readouterr().err
     assert "run directory error:" in err and "holds another run" in err and "Traceback" not in err
     assert digest(out) == before
@@ -86,7 +86,7 @@ def test_move_aside_starts_a_new_run_and_keeps_the_earlier_one_whole(
         "trainer.on_existing_run=move_aside",
         "trainer.max_actor_ckpt_to_keep=1",
     )
-    assert main(["run", *args]) == 0
+    assert main(["run", "--config", "grpo", *args]) == 0
     (moved,) = tmp_path.glob("run.moved-*")
     assert digest(moved) == before  # the earlier run, byte for byte
     assert sorted(p.name for p in out.glob("global_step_*")) == ["global_step_2"]  # the new run's cap
@@ -101,7 +101,7 @@ def test_resume_with_a_changed_lr_or_algorithm_is_refused(
     base = run_args(tiny_model_dir, arithmetic_files, out, "trainer.total_training_steps=5")
     for change in ("actor_rollout_ref.actor.optim.lr=0.5", "algorithm.adv_estimator=rloo"):
         capsys.readouterr()
-        assert main(["run", *base, change]) == 4
+        assert main(["run", "--config", "grpo", *base, change]) == 4
         err = capsys.readouterr().err
         assert "with a different run" in err and change.split("=")[0] in err
         assert digest(out) == before
@@ -114,7 +114,15 @@ def test_resume_with_more_steps_continues_and_reports_the_change(
     out = tmp_path / "run"
     subprocess.run(["cp", "-a", str(source), str(out)], check=True)
     assert (
-        main(["run", *run_args(tiny_model_dir, arithmetic_files, out, "trainer.total_training_steps=5")]) == 0
+        main(
+            [
+                "run",
+                "--config",
+                "grpo",
+                *run_args(tiny_model_dir, arithmetic_files, out, "trainer.total_training_steps=5"),
+            ]
+        )
+        == 0
     )
     assert logged_steps(out) == [1, 2, 3, 4, 5]
     assert "changed on resume: trainer.total_training_steps: 3 -> 5" in capsys.readouterr().err
@@ -160,7 +168,7 @@ def test_a_signal_exits_cleanly_without_a_traceback_and_the_rerun_resumes(
     out = tmp_path / "run"
     args = run_args(tiny_model_dir, arithmetic_files, out, "trainer.total_training_steps=40")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "verl.cli", "run", *args],
+        [sys.executable, "-m", "verl.cli", "run", "--config", "grpo", *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -182,6 +190,6 @@ def test_a_signal_exits_cleanly_without_a_traceback_and_the_rerun_resumes(
     assert done >= 2
     kept = digest(out / f"global_step_{done}")
     rerun = run_args(tiny_model_dir, arithmetic_files, out, f"trainer.total_training_steps={done + 1}")
-    assert main(["run", *rerun]) == 0
+    assert main(["run", "--config", "grpo", *rerun]) == 0
     assert logged_steps(out) == list(range(1, done + 2))
     assert digest(out / f"global_step_{done}") == kept

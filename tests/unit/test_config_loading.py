@@ -81,6 +81,8 @@ def test_every_recipe_loads() -> None:
     for name in list_recipes():
         if "sft" in name:  # `verl sft` fine-tunes the user's model on the user's data: both must be given
             load_config(name, ["model.path=m", "data.train_files=t.parquet"], schema=SFTConfig)
+        elif name == "grpo_verl":  # verl's defaults for the user's model: it must be given
+            load_config(name, ["actor_rollout_ref.model.path=m"])
         else:
             load_config(name)
 
@@ -101,6 +103,7 @@ def test_sft_default() -> None:
 # ------------------------------------------------------------------------------------------------ overrides
 def test_overrides_of_each_type() -> None:
     cfg = load_config(
+        "grpo",
         overrides=[
             "data.train_batch_size=16",  # int
             f"{ARR}.actor.optim.lr=3e-5",  # float, short exponent form
@@ -111,7 +114,7 @@ def test_overrides_of_each_type() -> None:
             "data.train_files=[a.parquet,b.parquet]",  # Any: list
             "trainer.experiment_name=exp1",
             "trainer.total_training_steps=null",
-        ]
+        ],
     )
     assert cfg.data.train_batch_size == 16
     assert cfg[ARR].actor.optim.lr == pytest.approx(3e-5) and isinstance(cfg[ARR].actor.optim.lr, float)
@@ -216,7 +219,10 @@ def test_as_file_list() -> None:
     assert as_file_list(None) == []
     assert as_file_list("a.parquet") == ["a.parquet"]
     assert as_file_list(["a", "b"]) == ["a", "b"]
-    assert as_file_list(load_config(overrides=["data.train_files=[x,y]"]).data.train_files) == ["x", "y"]
+    assert as_file_list(load_config("grpo", overrides=["data.train_files=[x,y]"]).data.train_files) == [
+        "x",
+        "y",
+    ]
     with pytest.raises(ConfigError):
         as_file_list(3)
 

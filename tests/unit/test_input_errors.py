@@ -177,7 +177,7 @@ def test_several_files_read_in_order_with_their_provenance(tmp_path, tokenizer):
         (str(b), 0),
         (str(b), 1),
     ]
-    config = load_config(None, [f"data.train_files=[{a},{b}]", f"data.val_files=[{b}]"])
+    config = load_config("grpo", [f"data.train_files=[{a},{b}]", f"data.val_files=[{b}]"])
     check_inputs(config)  # a list is checked file by file
     sft = SFTDataset(config.data.train_files, tokenizer, files_key="data.train_files")
     assert len(sft) == 5
@@ -187,21 +187,21 @@ def test_warm_start_on_several_files_keys_and_quotes_each(tmp_path):
     a = write_rows(tmp_path / "a.parquet", rows(3))
     b = write_rows(tmp_path / "b.parquet", rows(2, start=3))
     overrides = [f"prepare.cache_dir={tmp_path / 'cache'}"]
-    both = plan_inputs(load_config(None, [*overrides, f"data.train_files=[{a},{b}]"])).sft_model
-    only_a = plan_inputs(load_config(None, [*overrides, f"data.train_files=[{a}]"])).sft_model
+    both = plan_inputs(load_config("grpo", [*overrides, f"data.train_files=[{a},{b}]"])).sft_model
+    only_a = plan_inputs(load_config("grpo", [*overrides, f"data.train_files=[{a}]"])).sft_model
     assert both is not None and both.key != only_a.key  # the warm start hashes every file
     odd = [str(tmp_path / "my data" / "it's: [x].parquet"), str(b)]
     sft = _sft_config(load_config(None, overrides), tmp_path / "in it", odd, tmp_path / "o u t")
     assert list(sft.data.train_files) == odd and sft.model.path == str(tmp_path / "in it")
     # A missing one of them is named, not a FileNotFoundError traceback from hashing.
     with pytest.raises(InputError, match=r"nope\.parquet \(data\.train_files\) does not exist"):
-        plan_inputs(load_config(None, [*overrides, f"data.train_files=[{a},{tmp_path / 'nope.parquet'}]"]))
+        plan_inputs(load_config("grpo", [*overrides, f"data.train_files=[{a},{tmp_path / 'nope.parquet'}]"]))
     assert not (tmp_path / "cache").exists()
 
 
 def test_a_given_val_files_is_not_replaced_by_the_task(tmp_path):
     mine = write_rows(tmp_path / "mine.parquet", rows(2))
-    plan = plan_inputs(load_config(None, [f"prepare.cache_dir={tmp_path}", f"data.val_files={mine}"]))
+    plan = plan_inputs(load_config("grpo", [f"prepare.cache_dir={tmp_path}", f"data.val_files={mine}"]))
     updates = plan.updates()
     assert "data.train_files" in updates and "data.val_files" not in updates
     assert "data.val_files" in plan_inputs(load_config(None, [f"prepare.cache_dir={tmp_path}"])).updates()
@@ -364,7 +364,7 @@ def test_sequence_longer_than_the_model_is_a_config_error(tmp_path):
 
 def test_check_inputs_refuses_lengths_the_model_cannot_hold(tiny_model_dir):
     config = load_config(
-        None, [f"actor_rollout_ref.model.path={tiny_model_dir}", "data.max_response_length=600"]
+        "grpo", [f"actor_rollout_ref.model.path={tiny_model_dir}", "data.max_response_length=600"]
     )
     with pytest.raises(
         ConfigError, match=r"data\.max_prompt_length \+ data\.max_response_length = 632 tokens .* = 512"

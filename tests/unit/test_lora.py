@@ -18,8 +18,9 @@ from verl.models import load_hf_model, load_value_model
 from verl.models.loading import check_fits_model, model_config_dict
 from verl.models.lora import (
     ADAPTER_CONFIG,
+    adapter_weight_names,
+    adapters_disabled,
     apply_lora,
-    base_model_copy,
     has_adapters,
     merged_copy,
 )
@@ -135,12 +136,19 @@ def test_one_optimizer_step_moves_only_the_adapters(checkpointing, tiny_model_di
 def test_reference_log_probs_are_the_base_models(tiny_model_dir):
     model = with_trained_adapters(lora_model(tiny_model_dir))
     data = batch(model.config.vocab_size)
-    reference = base_model_copy(model)
-    assert not has_adapters(reference) and not any(p.requires_grad for p in reference.parameters())
-    assert has_adapters(model)  # the copy leaves the actor as it was
+    flags = {n: p.requires_grad for n, p in model.named_parameters()}
     base = log_probs(load_hf_model(tiny_model_dir), data)
-    assert torch.equal(log_probs(reference, data), base)
+    with adapters_disabled(model):
+        assert torch.equal(log_probs(model, data), base)
+    assert {n: p.requires_grad for n, p in model.named_parameters()} == flags  # the adapters train on
     assert not torch.allclose(log_probs(model, data), base, atol=1e-3)  # the adapters do change the policy
+
+
+def test_adapter_weight_names_are_the_lora_weights_alone(tiny_model_dir):
+    model = lora_model(tiny_model_dir, target_modules=["q_proj", "v_proj"])
+    names = adapter_weight_names(model)
+    assert names == {n for n, p in model.named_parameters() if p.requires_grad}
+    assert adapter_weight_names(load_hf_model(tiny_model_dir)) == frozenset()
 
 
 def test_merged_copy_is_base_plus_scaled_b_times_a(tiny_model_dir):
@@ -236,6 +244,11 @@ def test_lora_keys_are_validated():
         [f"{ARR}.model.path=/nowhere", f"{ARR}.model.lora_rank=8", f"{ARR}.model.target_modules=[q_proj]"],
     )
     assert config[ARR].model.lora_rank == 8 and list(config[ARR].model.target_modules) == ["q_proj"]
+
+
+def test_lora_adapter_path_is_accepted_as_in_verl():
+    config = load_config("grpo", [f"{ARR}.model.path=/nowhere", f"{ARR}.model.lora_adapter_path=/adapters/a"])
+    assert config[ARR].model.lora_adapter_path == "/adapters/a" and not config.compat.no_effect
 
 
 def test_lora_without_peft_says_what_to_install(monkeypatch):

@@ -17,14 +17,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import torch
+from _scoring import score_with_manager
 
-from verl.data import DatasetError, RLDataset, collate_rl
+from verl.data import DatasetError, RLDataset
 from verl.data.preprocess import main, preprocess
 from verl.errors import InputError
-from verl.protocol import DataProto
 from verl.utils.reward_score import default_compute_score
-from verl.workers.reward import NaiveRewardManager
 
 GSM8K_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
 MATH_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
@@ -380,26 +378,6 @@ def tokenizer(tiny_model_dir):
     from verl.models.loading import load_tokenizer
 
     return load_tokenizer(tiny_model_dir)
-
-
-def score_with_manager(dataset: RLDataset, responses: list[str], tokenizer: Any) -> list[float]:
-    """What the trainer does: collate prompts, append responses, and let NaiveRewardManager score them."""
-    prompts = collate_rl([dataset[i] for i in range(len(responses))], pad_token_id=tokenizer.pad_token_id)
-    ids = [tokenizer.encode(text, add_special_tokens=False) for text in responses]
-    width = max(map(len, ids))
-    resp = torch.tensor([seq + [tokenizer.pad_token_id] * (width - len(seq)) for seq in ids])
-    resp_mask = torch.tensor([[1] * len(seq) + [0] * (width - len(seq)) for seq in ids])
-    batch = DataProto.from_dict(
-        tensors={
-            "prompts": prompts.batch["input_ids"],
-            "responses": resp,
-            "input_ids": torch.cat([prompts.batch["input_ids"], resp], dim=1),
-            "attention_mask": torch.cat([prompts.batch["attention_mask"], resp_mask], dim=1),
-        },
-        non_tensors=dict(prompts.non_tensor_batch),
-    )
-    reward = NaiveRewardManager(tokenizer)(batch)
-    return reward.sum(dim=1).tolist()
 
 
 def test_gsm8k_round_trip_through_dataset_and_reward(tmp_path, tokenizer):

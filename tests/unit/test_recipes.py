@@ -1,6 +1,7 @@
 """Recipes: the built-in algorithm recipes and recipes building on a base recipe."""
 
 import pytest
+from omegaconf import OmegaConf
 
 from verl.config import ConfigError, load_config
 
@@ -31,3 +32,56 @@ def test_builtin_algorithm_recipes() -> None:
     assert drgrpo.algorithm.norm_adv_by_std_in_grpo is False
     assert drgrpo[ARR].actor.loss_agg_mode == "seq-mean-token-sum-norm"
     assert load_config("gspo")[ARR].actor.policy_loss.loss_mode == "gspo"
+
+
+def command_line(overrides: list[str]):
+    """The config `verl run <overrides>` (no --config) trains with."""
+    from verl.config import TrainerConfig
+    from verl.config.loader import default_recipe
+
+    return load_config(default_recipe(TrainerConfig, overrides)[0], overrides)
+
+
+def test_default_recipe_is_verls_defaults_when_the_model_or_data_are_the_users() -> None:
+    demo = command_line([])  # tuned for its tiny model
+    assert demo[ARR].actor.optim.lr == 1.0e-4 and demo.data.max_prompt_length == 32
+    verl_defaults = load_config("ppo_trainer")
+    model = f"{ARR}.model.path=/my/model"
+    for given in ([model], [model, "data.train_files=/my/train.parquet", "+data.val_files=/v.parquet"]):
+        cfg = command_line(given)
+        assert cfg.algorithm.adv_estimator == "grpo" and cfg[ARR].rollout.n == 5
+        assert cfg[ARR].actor.use_kl_loss is True and cfg[ARR].actor.kl_loss_coef == 0.001
+        # Nothing of the demo's tuning: every tuned key is verl's default again.
+        for key in (
+            "data.max_prompt_length",
+            "data.max_response_length",
+            "data.train_batch_size",
+            "data.truncation",
+            f"{ARR}.actor.optim.lr",
+            f"{ARR}.actor.optim.lr_warmup_steps",
+            f"{ARR}.actor.ppo_mini_batch_size",
+            f"{ARR}.model.attn_implementation",
+            "trainer.torch_threads",
+            "trainer.total_training_steps",
+        ):
+            assert OmegaConf.select(cfg, key) == OmegaConf.select(verl_defaults, key), key
+    # Data alone: no tiny model is built for the user's data (its tokenizer knows arithmetic only).
+    with pytest.raises(ConfigError, match="actor_rollout_ref.model.path is required"):
+        command_line(["data.train_files=/my/train.parquet"])
+    # An explicit recipe wins, deleting a key does not count as giving it, and the Python API's default
+    # (load_config(None), verl.TrainerConfig) stays the demo.
+    assert load_config("grpo", [model]).data.max_prompt_length == 32
+    assert command_line(["~data.val_files"]).data.max_prompt_length == 32
+    assert load_config(None, [model]).data.max_prompt_length == 32
+
+
+def test_recipe_lines_say_which_recipe_and_why() -> None:
+    from verl.cli import recipe_lines
+
+    overrides = [f"{ARR}.model.path=/my/model"]
+    head, settings = recipe_lines(None, overrides, command_line(overrides))
+    assert head.startswith("recipe: grpo_verl (actor_rollout_ref.model.path given")
+    assert "lr 1e-06" in settings and "prompt tokens 512" in settings and "torch threads default" in settings
+    head, settings = recipe_lines(None, [], load_config(None))
+    assert head.startswith("recipe: grpo (the demo") and "torch threads 1" in settings
+    assert recipe_lines("ppo_trainer", [], load_config("ppo_trainer"))[0] == "recipe: ppo_trainer"

@@ -1,6 +1,7 @@
 """The default reward deadline (``reward_model.timeout_s`` = 60 s; null = no limit) and what the reward's
-fields become in validation: ``val-core/<source>/acc/mean@n`` only when the scorer reports ``acc``,
-``val-core/<source>/reward/mean@n`` always, and the progress bar's ``val_acc`` / ``val_reward``.
+fields become in validation: ``val-core/<source>/acc/mean@n`` only when the scorer reports ``acc`` (the reward
+then ``val-aux/<source>/reward/mean@n``, as verl names it), else ``val-core/<source>/reward/mean@n``, and the
+progress bar's ``val_acc`` / ``val_reward``.
 """
 
 from __future__ import annotations
@@ -202,9 +203,9 @@ def test_acc_and_reward_when_the_scorer_reports_acc() -> None:
     extra = {"acc": [True, False, 1.0, None], "pred": ["a", "b", "c", "d"]}
     metrics = compute_validation_metrics(["a", "a", "b", "b"], [2.0, 0.0, 1.0, 3.0], extra, n=4)
     assert metrics == {
-        "val-core/a/reward/mean@4": 1.0,
+        "val-aux/a/reward/mean@4": 1.0,  # acc is the core variable, the reward auxiliary (verl's naming)
         "val-core/a/acc/mean@4": 0.5,
-        "val-core/b/reward/mean@4": 2.0,
+        "val-aux/b/reward/mean@4": 2.0,
         "val-core/b/acc/mean@4": 1.0,  # the row without acc does not count
     }
 
@@ -221,7 +222,7 @@ def test_the_arithmetic_scorer_reports_acc() -> None:
     out = NaiveRewardManager(DigitTokenizer())(make_batch([7, 8]), return_dict=True)
     assert out["reward_extra_info"]["acc"] == [1.0, 0.0]
     metrics = compute_validation_metrics(["arithmetic"] * 2, [1.0, 0.0], out["reward_extra_info"])
-    assert metrics == {"val-core/arithmetic/reward/mean@1": 0.5, "val-core/arithmetic/acc/mean@1": 0.5}
+    assert metrics == {"val-aux/arithmetic/reward/mean@1": 0.5, "val-core/arithmetic/acc/mean@1": 0.5}
 
 
 def test_progress_bar_shows_acc_or_reward() -> None:

@@ -174,10 +174,15 @@ def _rollout_errors(cfg: DictConfig) -> list[str]:
                 "ranks must send the same requests in the same order, which the server's batching does not "
                 "guarantee (not built); use mode=sync"
             )
-    lora_rank = cfg.actor_rollout_ref.model.lora_rank
-    if engine == "sglang" and lora_rank:
+    model = cfg.actor_rollout_ref.model
+    if engine == "sglang" and (model.lora_rank or model.lora_adapter_path is not None):
+        which = (
+            f"lora_rank={model.lora_rank}"
+            if model.lora_rank
+            else f"lora_adapter_path={model.lora_adapter_path}"
+        )
         errors.append(
-            f"{ROLLOUT}.name=sglang with actor_rollout_ref.model.lora_rank={lora_rank}: LoRA is not built for the "
+            f"{ROLLOUT}.name=sglang with actor_rollout_ref.model.{which}: LoRA is not built for the "
             "SGLang engine; use rollout.name=vllm (its adapters are synchronised alone) or fast"
         )
     return errors

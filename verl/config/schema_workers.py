@@ -107,8 +107,9 @@ class ModelConfig:
     and reference), e.g. {max_position_embeddings: 32768, attention_dropout: 0.0}; each key must be an
     attribute the model's config already has"""
     lora_rank: int = 0
-    """LoRA rank of the actor's adapters (peft); 0 = off, train every weight. The reference stays the base
-    model and exports merge the adapters into the weights"""
+    """LoRA rank of the actor's adapters (peft); 0 = off, train every weight. The reference is the base
+    model (the actor with its adapters disabled), checkpoints hold the adapters alone (the base comes from
+    path), and verl export merges them into the weights, or writes them alone with --adapter"""
     lora_alpha: int = 16
     """LoRA scaling numerator: the adapter's update is scaled by lora_alpha / lora_rank"""
     target_modules: Any = "all-linear"
@@ -117,6 +118,10 @@ class ModelConfig:
     exclude_modules: Optional[Any] = None
     """modules to leave without adapters even when target_modules matches them: a list of names or a
     regular expression; None = none"""
+    lora_adapter_path: Optional[str] = None
+    """a saved PEFT LoRA adapter directory (adapter_config.json + adapter weights, as peft or verl export
+    --adapter writes) to start the actor's adapters from: LoRA is on, and the adapter's own rank, alpha and
+    target modules are used (as in verl); None = new adapters from lora_rank"""
 
 
 @dataclass

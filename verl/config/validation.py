@@ -18,6 +18,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from verl.config.backends import DTYPE_NAMES, backend_errors
 from verl.config.errors import ConfigError, short_repr
+from verl.config.reward_fns import term_config_problems
 from verl.config.schema import TrainerConfig
 from verl.config.sizes import TOKEN_BUDGET_KEYS, derive_sizes, token_budgets
 
@@ -371,6 +372,14 @@ def _reward_errors(errors: list[str], cfg: DictConfig) -> None:
             f"got {buffer.len}"
         )
     _in_range(errors, "reward_model.overlong_buffer.penalty_factor", buffer.penalty_factor, 0)
+    _at_least(errors, "reward_model.micro_batch_size_per_gpu", reward.micro_batch_size_per_gpu, 1, null="all")
+    _at_least(errors, "reward_model.max_length", reward.max_length, 1, null="prompt + response lengths")
+    if reward.enable and not str(reward.model.path or "").strip():
+        errors.append(
+            "reward_model.enable=true needs reward_model.model.path (a sequence-classification reward model "
+            "directory or hub id); got null"
+        )
+    term_config_problems(cfg, errors)
 
 
 def _trainer_errors(errors: list[str], cfg: DictConfig) -> None:
@@ -425,11 +434,16 @@ def _trainer_config_errors(cfg: DictConfig) -> list[str]:
     errors: list[str] = []
     arr = cfg.actor_rollout_ref
     _data_errors(errors, cfg.data)
-    if not str(arr.model.path).strip() and not (cfg.prepare.enable and cfg.prepare.tiny_model):
+    builds_model = cfg.prepare.enable and (cfg.prepare.tiny_model or cfg.prepare.model)
+    if not str(arr.model.path).strip() and not builds_model:
         errors.append(
-            "actor_rollout_ref.model.path is required (a model directory or hub id), unless prepare.enable "
-            "and prepare.tiny_model build one; got ''"
+            "actor_rollout_ref.model.path is required (a model directory, a .gguf file or a hub id), unless "
+            "prepare.enable and prepare.model or prepare.tiny_model make one; got ''"
         )
+    if cfg.prepare.model is not None:
+        from verl.models.gguf import FETCHABLE
+
+        _choice(errors, "prepare.model", cfg.prepare.model, tuple(FETCHABLE))
     _actor_errors(errors, arr.actor)
     _rollout_ref_errors(errors, arr)
     _lora_errors(errors, cfg)

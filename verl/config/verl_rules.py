@@ -91,8 +91,9 @@ LOGGING = "an output verl writes besides its metrics (generations, rollout dumps
 STRATEGY = "the critic and reference follow actor_rollout_ref.actor.strategy here"
 SEED = "a second seed verl keeps for one component: every random stream here derives from trainer.seed"
 REWARD_MODEL = (
-    "a model-based reward (a reward model served by its own workers) is not built here; rewards come from "
-    "rule-based scorers and custom_reward_function"
+    "a setting of verl's reward-model workers (FSDP / Megatron sharding, dynamic batch sizes, a resource pool of "
+    "its own, an inference server for the reward model): the reward model here (reward_model.enable) runs in the "
+    "reward workers' processes, reward_model.micro_batch_size_per_gpu samples per forward pass"
 )
 # True while every engine built here samples from the trained module; an inference server with its own
 # weights and kernels (vLLM) makes the ratio differ from 1, and these keys must then be read.
@@ -112,6 +113,8 @@ PPO_RULES: tuple[Rule, ...] = (
     _rename("reward.reward_manager.name", "reward_model.reward_manager"),
     _rename("reward_manager.name", "reward_model.reward_manager"),
     _rename("reward.num_workers", "reward_model.num_workers"),
+    _rename("reward.reward_model.enable", "reward_model.enable"),
+    _rename("reward.reward_model.model_path", "reward_model.model.path"),
     _no("reward_model.reward_kwargs.overlong_buffer_cfg.log", "the overlong metrics are always logged here"),
     _no("reward.reward_kwargs.overlong_buffer_cfg.log", "the overlong metrics are always logged here"),
     _rename("reward_model.reward_kwargs.overlong_buffer_cfg.*", "reward_model.overlong_buffer.*"),
@@ -152,8 +155,16 @@ PPO_RULES: tuple[Rule, ...] = (
         "read only with trainer.resume_mode=resume_path, as in verl (here trainer.resume_mode=<path> says both)",
     ),
     # --- values that would change what is learned: accepted only where they mean what happens here
-    _only("reward_model.enable", (False, None), REWARD_MODEL),
-    _only("reward.reward_model.enable", (False, None), REWARD_MODEL),
+    _no(
+        "reward_model.micro_batch_size",
+        "verl's deprecated global micro-batch of the reward model: reward_model.micro_batch_size_per_gpu sets "
+        "its forward passes here (the scores do not depend on it)",
+    ),
+    _only(
+        "reward_model.model.override_config",
+        (None, {}),
+        "overriding the reward model's HuggingFace config is not built here",
+    ),
     _only("reward_model.use_reward_loop", (True, False, None), REWARD_MODEL),
     _only(
         "reward.reward_manager.source",
@@ -235,11 +246,6 @@ PPO_RULES: tuple[Rule, ...] = (
         "a custom chat template is not built here: put it in the tokenizer's tokenizer_config.json",
     ),
     _only("*.hf_config_path", (None,), "the HuggingFace config is read from the model directory here"),
-    _only(
-        "actor_rollout_ref.model.lora_adapter_path",
-        (None,),
-        "starting from a saved LoRA adapter is not built",
-    ),
     _only("*.model.lora.rank", (0,), "Megatron's LoRA keys: LoRA here is actor_rollout_ref.model.lora_rank"),
     _only(
         "critic.model.lora_rank",
@@ -263,7 +269,11 @@ PPO_RULES: tuple[Rule, ...] = (
         ("fsdp", "fsdp2", "dp", "${actor_rollout_ref.actor.strategy}"),
         STRATEGY,
     ),
-    _only("reward_model.strategy", ("fsdp", "fsdp2", "dp"), REWARD_MODEL),
+    _only(
+        "reward_model.strategy",
+        ("fsdp", "fsdp2", "dp"),
+        "the reward model runs unsharded in the reward workers here; Megatron is not built",
+    ),
     # --- no effect here
     _no("*._target_", TARGET),
     _no("*.rollout_n", DERIVED),

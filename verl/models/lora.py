@@ -1,32 +1,39 @@
 """LoRA adapters on the actor, through peft, with verl's keys (``actor_rollout_ref.model.lora_rank``,
-``lora_alpha``, ``target_modules``, ``exclude_modules``).
+``lora_alpha``, ``target_modules``, ``exclude_modules``, ``lora_adapter_path``).
 
 peft injects the adapters into the model in place: each targeted ``nn.Linear`` becomes a LoRA layer that
 holds the frozen base layer and the trainable ``lora_A`` / ``lora_B``, and every other parameter is frozen.
 The workers keep the plain transformers model that the adapters live in (``PeftModel.get_base_model()``),
-not the ``PeftModel`` shell, so the scorers, the rollout engines, DDP and the checkpoints see the module
-they see without LoRA: only its trainable parameters differ, and the optimizer gets only those.
+not the ``PeftModel`` shell, so the scorers, the rollout engines, DDP / FSDP2 and the checkpoints see the
+module they see without LoRA: only its trainable parameters differ, and the optimizer gets only those.
+LoRA is on when ``lora_rank > 0`` or ``lora_adapter_path`` names a saved PEFT adapter, whose own config
+(rank, alpha, target modules) then wins over the keys, as in verl (:mod:`verl.models.lora_files`).
 
 Where an adapted model leaves the worker:
 
-- the reference policy is the base model: verl computes it with the adapters disabled; here it is a copy
-  without them (:func:`base_model_copy`), so it can never pick up a trained adapter;
-- a HuggingFace directory of the policy holds the adapters merged into the base weights
-  (:func:`merged_copy` for a live model, :func:`load_merged` with peft's ``merge_and_unload`` for a
-  checkpoint), so ``AutoModelForCausalLM.from_pretrained`` loads it without peft;
-- a checkpoint holds the adapted model's whole state (base and adapter weights) plus the adapter's peft
-  config (:data:`ADAPTER_CONFIG`), which is what tells a reader the weights carry adapters;
+- the reference policy is the base model: the actor's own module run with its adapters disabled
+  (:func:`adapters_disabled`), as verl does (``ref_in_actor``); there is no second copy of the weights;
+- a checkpoint holds the adapter weights (:func:`adapter_weight_names`) and their optimizer state only,
+  plus the adapter's peft config (:data:`ADAPTER_CONFIG`, which tells a reader the part is a LoRA one) and
+  a fingerprint of the base model's files (:mod:`verl.models.base_fingerprint`): the frozen base weights
+  come from ``model.path`` again at resume and export, and a different base there is refused;
+- a HuggingFace directory of the policy holds the adapters merged into the base weights (:func:`merged_copy`
+  for a live model, :func:`plain_model_with` for gathered shards, ``verl export`` for a checkpoint), so
+  ``AutoModelForCausalLM.from_pretrained`` loads it without peft; ``verl export --adapter`` writes the
+  adapter alone as a PEFT directory instead (:func:`verl.models.lora_files.write_adapter_dir`);
 - the fast rollout engine decodes an adapted model with its own forward (the lean decode step reads base
-  weights only: ``verl.workers.rollout.decoders.lean_decoder_supported``).
+  weights only: ``verl.workers.rollout.decoders.lean_decoder_supported``); vLLM gets the base weights once
+  and then the adapters alone (``verl.workers.rollout.vllm``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import json
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -102,35 +109,103 @@ def linear_layer_names(model: torch.nn.Module, limit: int = 12) -> list[str]:
     return names[:limit]
 
 
-def apply_lora(model: torch.nn.Module, model_cfg: Any, section: str = SECTION) -> torch.nn.Module:
-    """``model`` with LoRA adapters injected (``peft.get_peft_model``) when ``model_cfg.lora_rank > 0``,
-    else ``model`` unchanged; ``section`` is the config section, for the errors.
+def lora_enabled(model_cfg: Any) -> bool:
+    """Whether a model config section turns LoRA on: ``lora_rank > 0`` or a ``lora_adapter_path`` (verl's
+    rule: a saved adapter brings its own rank)."""
+    return bool(model_cfg.lora_rank) or getattr(model_cfg, "lora_adapter_path", None) is not None
 
-    Returns the transformers model itself, adapted in place, with only ``lora_A`` / ``lora_B`` trainable.
-    A ``target_modules`` / ``exclude_modules`` that leaves nothing to adapt is a ConfigError naming the
-    key and the model's linear layer names, not peft's traceback. Under gradient checkpointing the
-    embeddings' output is made to require grad: with the embeddings frozen, reentrant checkpointing would
-    otherwise see no input that needs a gradient and give the adapters none.
+
+def apply_lora(model: torch.nn.Module, model_cfg: Any, section: str = SECTION) -> torch.nn.Module:
+    """``model`` with LoRA adapters injected when :func:`lora_enabled`, else ``model`` unchanged;
+    ``section`` is the config section, for the errors.
+
+    The adapters are new ones from ``lora_rank`` / ``lora_alpha`` / ``target_modules`` / ``exclude_modules``
+    (``peft.get_peft_model``), or the saved ones at ``lora_adapter_path`` with their own config
+    (:func:`verl.models.lora_files.load_adapter`). Returns the transformers model itself, adapted in place,
+    with only ``lora_A`` / ``lora_B`` trainable. A ``target_modules`` / ``exclude_modules`` that leaves
+    nothing to adapt is a ConfigError naming the key and the model's linear layer names, not peft's
+    traceback. Under gradient checkpointing the embeddings' output is made to require grad: with the
+    embeddings frozen, reentrant checkpointing would otherwise see no input that needs a gradient and give
+    the adapters none.
     """
-    if not model_cfg.lora_rank:
+    if not lora_enabled(model_cfg):
         return model
     from verl.config.errors import ConfigError, short_repr
 
+    adapter_path = getattr(model_cfg, "lora_adapter_path", None)
     if not peft_available():
-        raise ConfigError(peft_missing_message(f"{section}.lora_rank={model_cfg.lora_rank}"))
-    try:
-        adapted = _get_peft_model(model, lora_config(model_cfg)).get_base_model()
-    except (ValueError, TypeError) as error:  # nothing matched, a peft config check, an older peft
-        excluded = model_cfg.exclude_modules
-        also = f" with {section}.exclude_modules={short_repr(_plain(excluded))}" if excluded else ""
-        raise ConfigError(
-            f"{section}.target_modules={short_repr(_plain(model_cfg.target_modules))}{also}: LoRA cannot be "
-            f"applied to {type(model).__name__} ({str(error).strip().splitlines()[0]}); its linear layers are "
-            f"named {', '.join(linear_layer_names(model))}: list some of them, or use 'all-linear'"
-        ) from error
+        key = (
+            f"lora_adapter_path={adapter_path}"
+            if adapter_path is not None
+            else f"lora_rank={model_cfg.lora_rank}"
+        )
+        raise ConfigError(peft_missing_message(f"{section}.{key}"))
+    if adapter_path is not None:
+        from verl.models.lora_files import load_adapter
+
+        adapted = load_adapter(model, adapter_path, model_cfg, f"{section}.lora_adapter_path")
+    else:
+        try:
+            adapted = _get_peft_model(model, lora_config(model_cfg)).get_base_model()
+        except (ValueError, TypeError) as error:  # nothing matched, a peft config check, an older peft
+            excluded = model_cfg.exclude_modules
+            also = f" with {section}.exclude_modules={short_repr(_plain(excluded))}" if excluded else ""
+            raise ConfigError(
+                f"{section}.target_modules={short_repr(_plain(model_cfg.target_modules))}{also}: LoRA cannot "
+                f"be applied to {type(model).__name__} ({str(error).strip().splitlines()[0]}); its linear "
+                f"layers are named {', '.join(linear_layer_names(model))}: list some of them, or use "
+                "'all-linear'"
+            ) from error
     if model_cfg.enable_gradient_checkpointing:
         adapted.enable_input_require_grads()
     return adapted
+
+
+@contextlib.contextmanager
+def adapters_disabled(model: torch.nn.Module) -> Iterator[None]:
+    """``model`` computes as its base model for the duration: the reference policy of a LoRA actor.
+
+    Each LoRA layer's adapters are switched off with peft's ``BaseTunerLayer.enable_adapters(False)`` (what
+    ``PeftModel.disable_adapter()`` does; the workers keep no ``PeftModel`` shell to call it on), then on
+    again afterwards, also when the body raises. peft's switch also sets the adapters' ``requires_grad``;
+    every parameter's flag is put back as it was, by name (FSDP2 swaps sharded and unsharded parameter
+    objects, the names stay). The layers are the same modules under DDP and FSDP2, and the switch is a flag
+    each forward reads, so it works on a wrapped model too. A model without adapters is left alone.
+    """
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer) and not m.disable_adapters]
+    if not layers:
+        yield
+        return
+    flags = {name: p.requires_grad for name, p in model.named_parameters()}
+    try:
+        for layer in layers:
+            layer.enable_adapters(False)
+        yield
+    finally:
+        for layer in layers:
+            layer.enable_adapters(True)
+        for name, param in model.named_parameters():
+            if name in flags and param.requires_grad != flags[name]:
+                param.requires_grad_(flags[name])
+
+
+def adapter_weight_names(model: torch.nn.Module) -> frozenset[str]:
+    """The state-dict names of ``model``'s adapter weights (``...q_proj.lora_A.default.weight``), empty
+    without adapters: all that a LoRA checkpoint holds of the model (the rest is the frozen base)."""
+    if not has_adapters(model):
+        return frozenset()
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    names = set()
+    for prefix, module in model.named_modules():
+        if isinstance(module, BaseTunerLayer):
+            for attr in module.adapter_layer_names:
+                names.update(
+                    f"{prefix}.{attr}.{name}" for name, _ in getattr(module, attr).named_parameters()
+                )
+    return frozenset(names)
 
 
 def _without_adapters(model: torch.nn.Module, merge: bool) -> torch.nn.Module:
@@ -147,18 +222,6 @@ def _without_adapters(model: torch.nn.Module, merge: bool) -> torch.nn.Module:
             setattr(model.get_submodule(parent), child, module.get_base_layer())
     del model.peft_config
     return model
-
-
-def base_model_copy(model: torch.nn.Module) -> torch.nn.Module:
-    """A frozen copy of ``model``'s base policy, in eval mode: the reference policy.
-
-    Without adapters this is a plain copy. With them it is the base weights alone, which is the policy
-    verl's reference computes with the adapters disabled; the adapters are dropped, not merged.
-    """
-    base = copy.deepcopy(model)
-    if has_adapters(base):
-        _without_adapters(base, merge=False)
-    return base.eval().requires_grad_(False)
 
 
 def merged_copy(model: torch.nn.Module) -> torch.nn.Module:
@@ -216,19 +279,3 @@ def check_checkpoint_adapters(checkpoint_part: str | Path, model: torch.nn.Modul
 
 def _saved_rank(path: Path) -> int:
     return int(json.loads(path.read_text(encoding="utf-8")).get("r", 0))
-
-
-def load_merged(
-    model: torch.nn.Module, checkpoint_part: str | Path, fill: Callable[[torch.nn.Module], None]
-) -> torch.nn.Module:
-    """``model`` (new, built from the checkpoint's HF config) with the weights of a LoRA checkpoint part,
-    adapters merged (``merge_and_unload``): a plain transformers model to ``save_pretrained``. ``fill``
-    loads the part's weights (base and adapters, under peft's layer names) into a module."""
-    from peft import LoraConfig
-
-    part = Path(checkpoint_part)
-    config = LoraConfig.from_pretrained(str(part))
-    config.base_model_name_or_path = None  # the training run's model path; the base here is the checkpoint's
-    peft_model = _get_peft_model(model, config)
-    fill(peft_model.get_base_model())
-    return peft_model.merge_and_unload()

@@ -178,36 +178,35 @@ def drop_metrics_after(metrics_path: Path, step: int) -> Path | None:
 
 
 def export_hf(
-    checkpoint: str | Path, out_dir: str | Path, part: str = "actor", overwrite: bool = False
+    checkpoint: str | Path,
+    out_dir: str | Path,
+    part: str = "actor",
+    overwrite: bool = False,
+    adapter: bool = False,
+    base_model: str | None = None,
 ) -> Path:
     """Write a checkpoint's policy (``part="critic"``: the value model) as a HuggingFace directory.
 
     ``checkpoint`` is a ``global_step_<N>`` directory, or a run directory (its latest checkpoint).
     The result loads with ``AutoModelForCausalLM.from_pretrained`` (or AutoModelForTokenClassification).
-    A policy trained with LoRA (its part holds an ``adapter_config.json``) is written with the adapters
-    merged into the weights, so loading it needs no peft.
+    A policy trained with LoRA (its part holds an ``adapter_config.json``) is saved as its adapter weights
+    alone: the base weights are read from the run's ``actor_rollout_ref.model.path`` (in the checkpoint's
+    ``config.yaml``), or ``base_model`` when given, once checked against the fingerprint of the base the
+    checkpoint records (:mod:`verl.models.base_fingerprint`), and the model is written with the adapters
+    merged into them, so loading it needs no peft. ``adapter=True`` writes the adapter alone instead, as a
+    PEFT adapter directory (``PeftModel.from_pretrained(base, out_dir)`` loads it; its
+    ``base_model_name_or_path`` is that base path); a checkpoint without LoRA has none to write (InputError).
     A non-empty ``out_dir`` is refused unless ``overwrite``; then only the files the export writes are
     replaced, and any other file there stays (the model is written to a temporary sibling first, so an
     interrupted export leaves ``out_dir`` as it was).
     """
-    import torch
-    from safetensors.torch import load_model
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    from verl.models.lora import ADAPTER_CONFIG, load_merged, peft_available, peft_missing_message
-    from verl.workers.engine.sharded_checkpoint import SHARDED_DIR, has_sharded_state, load_sharded
+    from verl.errors import UserError
+    from verl.models.lora import ADAPTER_CONFIG, peft_available, peft_missing_message
+    from verl.workers.engine.sharded_checkpoint import SHARDED_DIR, has_sharded_state
 
-    path = Path(checkpoint).expanduser()
-    if not path.exists():
-        raise InputError(f"checkpoint {path} does not exist")
-    if not (path / "trainer_state.pt").is_file():
-        try:
-            latest = latest_checkpoint(path)
-        except (ValueError, FileNotFoundError) as e:
-            raise InputError(f"{path}: {e}") from None
-        if latest is None:
-            raise InputError(f"{path} is neither a checkpoint (global_step_<N>) nor a run directory with one")
-        path = latest
+    path = _checkpoint_dir(checkpoint)
     source = path / part
     sharded = has_sharded_state(source)
     weights_file = source / (SHARDED_DIR if sharded else "model.safetensors")
@@ -215,6 +214,58 @@ def export_hf(
         raise InputError(
             f"{source} has no model.safetensors nor {SHARDED_DIR}/: is {path} a complete checkpoint with a {part}?"
         )
+    out = _export_target(out_dir, overwrite)
+    if not (source / "huggingface" / "config.json").is_file():
+        raise InputError(f"{source / 'huggingface'} has no config.json: is {path} a complete checkpoint?")
+    lora = (source / ADAPTER_CONFIG).is_file()
+    if not lora and (adapter or base_model is not None):
+        option = "--adapter" if adapter else "--base-model"
+        raise InputError(
+            f"{option}: {source} was not trained with LoRA (it has no {ADAPTER_CONFIG}; "
+            "actor_rollout_ref.model.lora_rank was 0), so it has no adapter; export it without that option"
+        )
+    if lora and not peft_available():
+        raise InputError(peft_missing_message(f"exporting {source}, which was trained with LoRA,"))
+    try:
+        model = _lora_export(path, source, adapter, base_model) if lora else _full_export(source, part)
+    except UserError:
+        raise
+    except Exception as error:  # corrupt or mismatched files: the checkpoint's fault, said in one line
+        raise InputError(
+            f"checkpoint {path}: {weights_file} cannot be read; is it whole? ({describe_error(error)})"
+        ) from error
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
+    try:
+        model.save_pretrained(staging)
+        if not adapter and (source / "huggingface" / "tokenizer_config.json").is_file():
+            AutoTokenizer.from_pretrained(source / "huggingface").save_pretrained(staging)
+        out.mkdir(exist_ok=True)
+        for item in staging.iterdir():
+            os.replace(item, out / item.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out
+
+
+def _checkpoint_dir(checkpoint: str | Path) -> Path:
+    """``checkpoint`` as a ``global_step_<N>`` directory: itself, or a run directory's latest checkpoint."""
+    path = Path(checkpoint).expanduser()
+    if not path.exists():
+        raise InputError(f"checkpoint {path} does not exist")
+    if (path / "trainer_state.pt").is_file():
+        return path
+    try:
+        latest = latest_checkpoint(path)
+    except (ValueError, FileNotFoundError) as e:
+        raise InputError(f"{path}: {e}") from None
+    if latest is None:
+        raise InputError(f"{path} is neither a checkpoint (global_step_<N>) nor a run directory with one")
+    return latest
+
+
+def _export_target(out_dir: str | Path, overwrite: bool) -> Path:
+    """``out_dir``, refused when it is a file, or a non-empty directory without ``overwrite``."""
     out = Path(out_dir).expanduser()
     if out.exists() and not out.is_dir():
         raise InputError(f"{out} is a file; give a directory to write the model to")
@@ -225,38 +276,60 @@ def export_hf(
             f"{out} is not empty ({shown}); give a new directory, or --overwrite to replace the model "
             "files there (other files are kept)"
         )
-    if not (source / "huggingface" / "config.json").is_file():
-        raise InputError(f"{source / 'huggingface'} has no config.json: is {path} a complete checkpoint?")
-    lora = (source / ADAPTER_CONFIG).is_file()
-    if lora and not peft_available():
-        raise InputError(peft_missing_message(f"exporting {source}, which was trained with LoRA,"))
-    try:
-        config = AutoConfig.from_pretrained(source / "huggingface")
-        model_cls = AutoModelForCausalLM if part == "actor" else AutoModelForTokenClassification
-        model = model_cls.from_config(config)
-
-        def fill(module: torch.nn.Module) -> None:
-            if sharded:  # every rank's shards, assembled in this process
-                load_sharded(module, None, source)
-            else:
-                load_model(module, str(weights_file))
-
-        model = load_merged(model, source, fill) if lora else model
-        if not lora:
-            fill(model)
-    except Exception as error:  # corrupt or mismatched files: the checkpoint's fault, said in one line
-        raise InputError(
-            f"checkpoint {path}: {weights_file} cannot be read; is it whole? ({describe_error(error)})"
-        ) from error
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
-    try:
-        model.save_pretrained(staging)
-        if (source / "huggingface" / "tokenizer_config.json").is_file():
-            AutoTokenizer.from_pretrained(source / "huggingface").save_pretrained(staging)
-        out.mkdir(exist_ok=True)
-        for item in staging.iterdir():
-            os.replace(item, out / item.name)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return out
+
+
+def _full_export(source: Path, part: str) -> Any:
+    """The model of a checkpoint part that holds every weight (trained without LoRA)."""
+    from safetensors.torch import load_model
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
+
+    from verl.workers.engine.sharded_checkpoint import has_sharded_state, load_sharded
+
+    config = AutoConfig.from_pretrained(source / "huggingface")
+    model_cls = AutoModelForCausalLM if part == "actor" else AutoModelForTokenClassification
+    model = model_cls.from_config(config)
+    if has_sharded_state(source):  # every rank's shards, assembled in this process
+        load_sharded(model, None, source)
+    else:
+        load_model(model, str(source / "model.safetensors"))
+    return model
+
+
+def _lora_export(checkpoint: Path, source: Path, adapter: bool, base_model: str | None) -> Any:
+    """What `export_hf` saves for a LoRA checkpoint part: the PEFT adapter (``adapter``), or the merged model,
+    its base read from ``base_model`` or the run's ``actor_rollout_ref.model.path`` once its fingerprint
+    matches the one the part records."""
+    from transformers import AutoConfig
+
+    from verl.models import load_hf_model
+    from verl.models.base_fingerprint import base_fingerprint, check_same_base
+    from verl.models.lora_files import adapter_export, merged_export
+    from verl.workers.engine.sharded_checkpoint import read_weights
+
+    run_model = None
+    if (checkpoint / "config.yaml").is_file():
+        run_model = OmegaConf.select(OmegaConf.load(checkpoint / "config.yaml"), "actor_rollout_ref.model")
+    key = "--base-model" if base_model is not None else "actor_rollout_ref.model.path"
+    base_path = base_model if base_model is not None else (run_model.path if run_model is not None else None)
+    hf_config = AutoConfig.from_pretrained(source / "huggingface")
+    weights = read_weights(source)
+    if adapter:
+        return adapter_export(source, hf_config, weights, None if base_path is None else str(base_path))
+
+    def load_base() -> Any:
+        if base_path is None:
+            raise InputError(
+                f"{source} holds the LoRA adapter without the base weights, and {checkpoint} names no base "
+                "model (no config.yaml with actor_rollout_ref.model.path): give it with --base-model"
+            )
+        check_same_base(source, base_fingerprint(base_path), key, base_path)
+        return load_hf_model(
+            base_path,
+            torch_dtype=run_model.torch_dtype if run_model is not None else "float32",
+            trust_remote_code=bool(run_model.trust_remote_code) if run_model is not None else False,
+            key=key,
+            config=hf_config,
+        )
+
+    return merged_export(source, hf_config, weights, load_base)

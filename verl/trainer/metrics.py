@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -59,35 +60,62 @@ def reduce_metrics(metrics: dict[str, list[float]]) -> dict[str, float]:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (bool, int, float, np.number)) and np.isfinite(float(value))
+    """A bool, int or float (python or numpy) with a finite value: what a metric can average."""
+    numeric = isinstance(value, (bool, int, float, np.integer, np.floating, np.bool_))
+    return numeric and bool(np.isfinite(float(value)))
+
+
+def reward_extra_metrics(fields: Mapping[str, Sequence[Any]], keys: Iterable[str]) -> dict[str, float]:
+    """``reward_extra/<key>/mean`` for each extra field a scorer returned (``keys``), over the samples where it is
+    a number (bool, int, float); None, strings and non-finite values are skipped, and a field with no number at
+    all has no metric. ``reward_error`` is left out: it is counted in ``reward/errors``."""
+    metrics = {}
+    for key in keys:
+        if key == REWARD_ERROR_KEY or key not in fields:
+            continue
+        values = [float(v) for v in fields[key] if _is_number(v)]
+        if values:
+            metrics[f"reward_extra/{key}/mean"] = float(np.mean(values))
+    return metrics
 
 
 def compute_validation_metrics(
     data_sources: list[str], scores: list[float], extra: dict[str, list[Any]], n: int = 1
 ) -> dict[str, float]:
-    """``val-core/<data_source>/reward/mean@n`` (the mean score), and ``.../acc/mean@n`` when the scorer
-    reports an ``acc`` field (as in verl: the score is not relabelled as an accuracy).
+    """The validation metrics, named as verl's ``process_validation_metrics`` names them (mean@n only).
+
+    Per data source, the core variable is ``acc`` when the scorer reports it, else ``reward`` (the mean score):
+    ``val-core/<data_source>/<core>/mean@n``. Every other variable is auxiliary,
+    ``val-aux/<data_source>/<name>/mean@n``: the reward when ``acc`` is the core, and each extra field whose
+    values are numbers (strings, None and non-finite values are skipped, as in :func:`reward_extra_metrics`).
 
     ``acc`` is averaged over the samples whose scorer returned a number (or bool) for it, plus the samples
     scored 0 after a reward error (``reward_error``, error_policy=zero), which count as wrong; a source
     where no sample has one has no ``acc`` metric.
     """
-    none = [None] * len(scores)
-    accs, failed = extra.get("acc", none), extra.get(REWARD_ERROR_KEY, none)
+    failed = extra.get(REWARD_ERROR_KEY, [None] * len(scores))
+    others = [k for k in extra if k not in ("acc", "reward", REWARD_ERROR_KEY)]  # reward: the score's name
     by_source: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for source, score, acc, error in zip(data_sources, scores, accs, failed, strict=True):
-        by_source[source]["reward"].append(float(score))
+    failed_by_source: dict[str, int] = defaultdict(int)
+    for i, (source, score, error) in enumerate(zip(data_sources, scores, failed, strict=True)):
+        variables = by_source[source]
+        variables["reward"].append(float(score))
+        acc = extra["acc"][i] if "acc" in extra else None
         if _is_number(acc):
-            by_source[source]["acc"].append(float(acc))
+            variables["acc"].append(float(acc))
         elif bool(error):
-            by_source[source]["failed"].append(0.0)
+            failed_by_source[source] += 1
+        for key in others:
+            if _is_number(extra[key][i]):
+                variables[key].append(float(extra[key][i]))
     metrics = {}
     for source, variables in by_source.items():
-        failed_zeros = variables.pop("failed", [])
         if "acc" in variables:
-            variables["acc"].extend(failed_zeros)
+            variables["acc"].extend([0.0] * failed_by_source[source])
+        core = "acc" if "acc" in variables else "reward"
         for name, values in variables.items():
-            metrics[f"val-core/{source}/{name}/mean@{n}"] = float(np.mean(values))
+            section = "val-core" if name == core else "val-aux"
+            metrics[f"{section}/{source}/{name}/mean@{n}"] = float(np.mean(values))
     return metrics
 
 

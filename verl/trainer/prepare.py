@@ -103,9 +103,12 @@ class PreparePlan:
     sft_model: Artifact | None
     fill_val_files: bool = True
     """the task's test split fills ``data.val_files`` (only when the user left it unset)"""
+    gguf_models: tuple[tuple[str, Path, Artifact], ...] = ()
+    """(config key, GGUF file, its converted directory) for each model path that names a GGUF file"""
 
     def artifacts(self) -> list[Artifact]:
-        return [a for a in (self.data, self.init_model, self.sft_model) if a is not None]
+        built = [a for a in (self.data, self.init_model, self.sft_model) if a is not None]
+        return [artifact for _, _, artifact in self.gguf_models] + built
 
     def updates(self) -> dict[str, Any]:
         """The config keys the artifacts fill: the data files and the model path."""
@@ -117,21 +120,59 @@ class PreparePlan:
         model = self.sft_model or self.init_model
         if model is not None:
             updates["actor_rollout_ref.model.path"] = str(model.path)
+        for key, _, artifact in self.gguf_models:
+            updates[key] = str(artifact.path)
         return updates
+
+
+GGUF_MODEL_KEYS = ("actor_rollout_ref.model.path", "critic.model.path")
+"""the model paths that may name a GGUF file (converted whether or not ``prepare.enable`` is set: the file is
+the user's model, not something built for them)"""
+
+
+def _used_model_keys(config: TrainerConfig) -> list[str]:
+    """The keys of :data:`GGUF_MODEL_KEYS` whose model the run loads (no critic model without a critic)."""
+    from verl.trainer.plan import critic_enabled
+
+    return [key for key in GGUF_MODEL_KEYS if key != "critic.model.path" or critic_enabled(config)]
+
+
+def _gguf_models(config: TrainerConfig, cache_dir: Path) -> tuple[tuple[str, Path, Artifact], ...]:
+    from verl.models.gguf import check_gguf_file, gguf_artifact_settings, is_gguf
+
+    found = []
+    for key in _used_model_keys(config):
+        path = OmegaConf.select(config, key)
+        if is_gguf(path):
+            file = check_gguf_file(path, key)
+            found.append((key, file, Artifact("gguf-model", gguf_artifact_settings(file), cache_dir)))
+    return tuple(found)
 
 
 def plan_inputs(config: TrainerConfig) -> PreparePlan:
     """Which artifacts ``config`` needs, without building anything (``verl run --print-config`` shows them)."""
     prep = config.prepare
-    if not prep.enable:
-        return PreparePlan(None, None, None)
     cache_dir = Path(prep.cache_dir).expanduser()
+    gguf_models = _gguf_models(config, cache_dir)
+    if not prep.enable:
+        return PreparePlan(None, None, None, gguf_models=gguf_models)
     data = None
     if config.data.train_files is None and prep.task:
         _check_task(prep.task)
         data = Artifact(f"{prep.task}-data", {"task": prep.task, **_plain(prep.task_kwargs)}, cache_dir)
     init_model = sft_model = None
-    if not str(config.actor_rollout_ref.model.path).strip() and prep.tiny_model:
+    model_unset = not str(config.actor_rollout_ref.model.path).strip()
+    if model_unset and prep.model:
+        from verl.models.gguf import fetched_model_artifact
+
+        return PreparePlan(
+            data,
+            fetched_model_artifact(prep.model, cache_dir),
+            None,
+            fill_val_files=config.data.val_files is None,
+            gguf_models=gguf_models,
+        )
+    if model_unset and prep.tiny_model:
         settings = {"tiny_model": _plain(prep.tiny_model), "seed": _warm_start_seed(config)}
         init_model = Artifact("tiny-model", settings, cache_dir)
         if prep.sft:
@@ -147,7 +188,9 @@ def plan_inputs(config: TrainerConfig) -> PreparePlan:
             sft_model = Artifact(
                 "tiny-model-sft", {"init": init_model.key, "data": data_key, "sft": settings}, cache_dir
             )
-    return PreparePlan(data, init_model, sft_model, fill_val_files=config.data.val_files is None)
+    return PreparePlan(
+        data, init_model, sft_model, fill_val_files=config.data.val_files is None, gguf_models=gguf_models
+    )
 
 
 def resolve_inputs(config: TrainerConfig) -> TrainerConfig:
@@ -162,9 +205,19 @@ def prepare_inputs(config: TrainerConfig, log: Callable[[str], None] = print) ->
     check_inputs(config)
     plan = plan_inputs(config)
     resolved = with_updates(config, plan.updates())
+    for key, file, artifact in plan.gguf_models:
+        from verl.models.gguf import convert_gguf
+
+        artifact.build(lambda out, file=file: convert_gguf(file, out), log)
+        _check_fits(resolved, artifact.path, overrides=_overrides_for(resolved, key))
     if plan.data is not None:
         plan.data.build(lambda out: _write_task(config.prepare, out), log)
-    if plan.init_model is not None:
+    if plan.init_model is not None and plan.init_model.kind == "gguf-model":  # prepare.model
+        from verl.models.gguf import fetch_model
+
+        fetch_model(config.prepare.model, plan.init_model.cache_dir, log)
+        _check_fits(config, plan.init_model.path)
+    elif plan.init_model is not None:
         plan.init_model.build(lambda out: _write_tiny_model(config, out), log)
         # Before the warm start: a built model too short for the configured lengths fails now.
         _check_fits(config, plan.init_model.path, also="or raise prepare.tiny_model.max_position_embeddings")
@@ -188,12 +241,18 @@ def _check_fits(config: TrainerConfig, model_path: Any, also: str = "", override
     check_fits_model(model_path, longest, LENGTHS, also=also, overrides=overrides)
 
 
+def _overrides_for(config: TrainerConfig, key: str) -> Any:
+    """The ``override_config`` of the model at config key ``key`` (the policy's or the critic's)."""
+    return OmegaConf.select(config, key.rpartition(".")[0] + ".override_config")
+
+
 def check_inputs(config: TrainerConfig) -> None:
     """Check the inputs the user gave, before anything is built, loaded or trained (cheap: no file is read
     but the models' config.json): the data files exist and are dataset files, the model and tokenizer
     directories are whole (config.json, tokenizer files) or hub ids, the dtypes are known and the
     sequence length fits the model. Each problem is an InputError / ConfigError naming the config key."""
     from verl.data.io import check_data_files
+    from verl.models.gguf import check_gguf_file, is_gguf
     from verl.models.loading import check_model_dir, resolve_dtype
     from verl.trainer.plan import critic_enabled
 
@@ -205,6 +264,9 @@ def check_inputs(config: TrainerConfig) -> None:
         check_data_files(data.val_files, "data.val_files")
     model = config.actor_rollout_ref.model
     resolve_dtype(model.torch_dtype, "actor_rollout_ref.model.torch_dtype")
+    gguf_keys = {key for key in _used_model_keys(config) if is_gguf(OmegaConf.select(config, key))}
+    for key in gguf_keys:  # its directory is checked once converted (prepare_inputs)
+        check_gguf_file(OmegaConf.select(config, key), key)
     if model.tokenizer_path:
         check_model_dir(
             model.tokenizer_path,
@@ -212,7 +274,7 @@ def check_inputs(config: TrainerConfig) -> None:
             need_config=False,
             need_tokenizer=True,
         )
-    if str(model.path).strip():
+    if str(model.path).strip() and "actor_rollout_ref.model.path" not in gguf_keys:
         check_model_dir(
             model.path,
             "actor_rollout_ref.model.path",
@@ -220,10 +282,14 @@ def check_inputs(config: TrainerConfig) -> None:
             tokenizer_key="actor_rollout_ref.model.tokenizer_path",
         )
         _check_fits(config, model.path)
+    if model.lora_adapter_path is not None:
+        from verl.models.lora_files import check_adapter_dir
+
+        check_adapter_dir(model.lora_adapter_path, "actor_rollout_ref.model.lora_adapter_path")
     if critic_enabled(config):
         critic = config.critic.model
         resolve_dtype(critic.torch_dtype, "critic.model.torch_dtype")
-        if critic.path:
+        if critic.path and "critic.model.path" not in gguf_keys:
             check_model_dir(critic.path, "critic.model.path")
             _check_fits(config, critic.path, overrides=critic.override_config)
 
@@ -241,6 +307,9 @@ def _check_names(config: TrainerConfig) -> None:
     get_reward_manager_cls(config.reward_model.reward_manager)
     if config.custom_reward_function.path:
         load_custom_reward_function(config.custom_reward_function.path, config.custom_reward_function.name)
+    from verl.workers.reward.combine import check_reward_inputs
+
+    check_reward_inputs(config)  # reward_model.reward_fns' user functions, the reward model's directories
 
 
 def _check_task(task: str) -> None:

@@ -20,13 +20,19 @@ import numpy as np
 import torch
 
 from verl.config import ConfigError, TrainerConfig, derive_sizes
+from verl.config.reward_fns import parse_reward_fns
 from verl.data import EpochSampler, RLDataset, collate_rl, iterate_batches
 from verl.models import tokenizer_for
 from verl.protocol import DataProto
 from verl.single_controller.flow import Controller, DataChannel, Role
 from verl.trainer.checkpointing import Checkpointer, drop_metrics_after
 from verl.trainer.controllers import load_controller_class, load_step_function
-from verl.trainer.metrics import compute_data_metrics, compute_throughput_metrics, compute_validation_metrics
+from verl.trainer.metrics import (
+    compute_data_metrics,
+    compute_throughput_metrics,
+    compute_validation_metrics,
+    reward_extra_metrics,
+)
 from verl.trainer.plan import StepPlan
 from verl.trainer.prepare import check_inputs
 from verl.trainer.run_dir import RunDirectory, RunPlan
@@ -37,6 +43,7 @@ from verl.utils.seeding import configure_torch_threads, set_seed
 from verl.utils.timing import marked_timer
 from verl.utils.tracking import Tracking
 from verl.workers.reward import REWARD_ERROR_KEY
+from verl.workers.reward.combine import check_format_sources, check_no_reward_fn_in_code, needs_rule_fields
 from verl.workers.roles import ActorRolloutRefWorker, CriticWorker, RewardWorker
 
 logger = logging.getLogger(__name__)
@@ -70,11 +77,16 @@ class RLTrainer:
         # The paths the user gave and every name the config gives (estimator, loss, engine, reward), before
         # anything is loaded: a typo fails here, not at the first step after a long validation pass.
         check_inputs(config)
+        terms = parse_reward_fns(config.reward_model.reward_fns)
+        check_no_reward_fn_in_code(terms, reward_fn or val_reward_fn)  # the terms would be silently dropped
         self.sizes = derive_sizes(config)
         configure_torch_threads(config.trainer.torch_threads)
         set_seed(config.trainer.seed)
         builtin_reward = (
-            reward_fn is None and compute_score is None and not config.custom_reward_function.path
+            reward_fn is None
+            and compute_score is None
+            and not config.custom_reward_function.path
+            and needs_rule_fields(config)
         )
         self._build_datasets(builtin_reward)
         self.plan = StepPlan.from_config(config, self.sizes, self.total_training_steps)
@@ -116,6 +128,8 @@ class RLTrainer:
             self.val_dataset = RLDataset(
                 data.val_files, max_samples=data.val_max_samples, files_key="data.val_files", **dataset_kwargs
             )
+        datasets = [d for d in (self.train_dataset, self.val_dataset) if d is not None]
+        check_format_sources(cfg, [row.get(data.reward_fn_key) for d in datasets for row in d.rows])
         seed = data.seed if data.seed is not None else cfg.trainer.seed
         self.sampler = EpochSampler(
             len(self.train_dataset), data.train_batch_size, shuffle=data.shuffle, seed=seed
@@ -171,6 +185,8 @@ class RLTrainer:
         metrics["data/skipped_rows"] = float(self.train_dataset.num_skipped_rows)
         errors = batch.non_tensor_batch.get(REWARD_ERROR_KEY)
         metrics["reward/errors"] = float(np.sum(errors)) if errors is not None else 0.0
+        reward_keys = batch.meta_info.get("reward_extra_keys", ())
+        metrics.update(reward_extra_metrics(batch.non_tensor_batch, reward_keys))
         metrics["training/global_step"] = step
         return metrics
 

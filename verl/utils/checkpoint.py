@@ -8,10 +8,14 @@ Layout of ``<default_local_dir>``::
         config.yaml                       the run's resolved config
         checkpoint.json                   the id of the run that wrote it, the step, when
         actor/  critic/                   written by the role's workers:
-            model.safetensors             weights (rank 0); with LoRA the base and adapter weights, under
-                                          peft's layer names (``...q_proj.base_layer.weight``, ``lora_A``)
+            model.safetensors             weights (rank 0); with LoRA the adapter weights alone, under
+                                          peft's layer names (``...q_proj.lora_A.default.weight``): the
+                                          frozen base is read from ``model.path`` at resume and export
+            model_optim/                  with fsdp2, instead: every rank's weight and optimizer shards (DCP)
             adapter_config.json           the actor's LoRA config, in peft's format (only with LoRA:
-                                          ``verl export`` rebuilds the adapters from it and merges them)
+                                          ``verl export`` rebuilds the adapters from it)
+            base_model.json               only with LoRA: a fingerprint of model.path's files, which a
+                                          resume or export checks (``verl.models.base_fingerprint``)
             optim.pt                      optimizer + LR schedule (rank 0)
             rng_rank<r>.pt                each rank's RNG states and shuffle generator
             huggingface/                  HF config, generation config, tokenizer (rank 0)

@@ -6,16 +6,18 @@ passes return a :class:`DataProto`, updates a plain metrics dict.
 
 ``ActorRolloutRefWorker`` is the hybrid engine: one worker holding the actor (trained), the
 rollout (fast / hf generate with the actor's own module; vllm holds a copy of the weights, synchronised
-to the current policy version before it generates) and, when a KL term needs it, a frozen reference copy. ``CriticWorker`` holds the value model,
+to the current policy version before it generates) and, when a KL term needs it, the reference: a frozen
+copy, or with LoRA the actor's own module with its adapters disabled. ``CriticWorker`` holds the value model,
 ``RewardWorker`` the rule-based reward functions.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,8 @@ from verl.config import derive_sizes
 from verl.config.backends import training_strategy
 from verl.config.schema import TrainerConfig
 from verl.models import eos_token_ids, load_hf_model, load_value_model, resolve_device, tokenizer_for
-from verl.models.lora import apply_lora, base_model_copy, merged_copy, plain_model_with
+from verl.models.base_fingerprint import base_fingerprint, check_same_base, write_fingerprint
+from verl.models.lora import adapters_disabled, apply_lora, has_adapters, merged_copy, plain_model_with
 from verl.protocol import DataProto
 from verl.single_controller import Dispatch, Worker, register
 from verl.utils.seeding import configure_torch_threads, set_seed
@@ -179,7 +182,10 @@ class ActorRolloutRefWorker(Worker):
 
     ``actor_model`` is the causal LM being trained (the rollout generates with it), ``actor`` its
     `Actor` (log-probs and updates), ``ref_model`` the frozen reference copy and ``ref_scorer`` its
-    forward pass (both None without a KL term), built once.
+    forward pass (both None without a KL term), built once. With LoRA there is no copy (``ref_in_actor``,
+    verl's name): the reference is the actor's module run with its adapters disabled, and checkpoints
+    hold the adapters alone, with a fingerprint of the base model's files (``base_fingerprint``) that a
+    resume checks ``model.path`` against.
 
     ``config`` is a trainer config or its ``actor_rollout_ref`` section (see `trainer_config`).
     ``total_training_steps`` (the LR schedule's length) defaults to ``trainer.total_training_steps``, or
@@ -210,8 +216,12 @@ class ActorRolloutRefWorker(Worker):
             override_config=model_cfg.override_config,
             override_key="actor_rollout_ref.model.override_config",
         ).to(self.device)
-        # LoRA (lora_rank > 0): adapters injected in place, only they train; the optimizer gets only them.
+        # LoRA (lora_rank > 0 or lora_adapter_path): adapters injected in place (new, or the saved ones),
+        # only they train; the optimizer gets only them.
         self.actor_model = apply_lora(self.actor_model, model_cfg)
+        lora = has_adapters(self.actor_model)
+        self.base_fingerprint = base_fingerprint(model_cfg.path) if lora else None
+        """with LoRA, the fingerprint of model.path's files (verl.models.base_fingerprint), kept in checkpoints"""
         scoring = {
             "remove_padding": model_cfg.use_remove_padding,
             "chunk_size": model_cfg.log_prob_chunk_size,
@@ -219,10 +229,12 @@ class ActorRolloutRefWorker(Worker):
         }
         self.sharded = training_strategy(config) == "fsdp2"
         self.ref_model = self.ref_scorer = self.ref_offload = None
-        if need_ref:
+        self.ref_in_actor = need_ref and lora
+        """the reference is the actor's own module with its adapters disabled (LoRA): no second copy"""
+        if need_ref and not lora:
             # The reference starts from the same weights and never trains: a deep copy (taken before the
-            # actor is sharded) saves a second load; with LoRA, the base weights without the adapters.
-            self.ref_model = base_model_copy(self.actor_model)
+            # actor is sharded) saves a second load.
+            self.ref_model = copy.deepcopy(self.actor_model).eval().requires_grad_(False)
             self.ref_scorer = PolicyScorer(self.ref_model, **scoring)
             if self.sharded:
                 key = "actor_rollout_ref.ref.fsdp_config"
@@ -347,20 +359,32 @@ class ActorRolloutRefWorker(Worker):
     @explain_oom(*REF_LOG_PROB_KNOBS)
     @on_device
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
-        """``ref_log_prob``: log-probs of the responses under the frozen reference policy."""
-        if self.ref_scorer is None:
+        """``ref_log_prob``: log-probs of the responses under the frozen reference policy (with LoRA, the
+        actor's module with its adapters disabled: the base model)."""
+        if self.ref_in_actor:
+            scorer, context = self.actor.scorer, self._actor_as_base()
+        elif self.ref_scorer is not None:
+            scorer = self.ref_scorer
+            context = self.ref_offload.resident() if self.ref_offload else contextlib.nullcontext()
+        else:
             raise RuntimeError(
                 "compute_ref_log_prob called but no reference model was built (no KL term is on)"
             )
-        with self.ref_offload.resident() if self.ref_offload else contextlib.nullcontext():
+        with context:
             log_probs, _ = compute_log_prob(
-                self.ref_scorer,
+                scorer,
                 data,
                 self.config.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu,
                 self.config.actor_rollout_ref.rollout.temperature,
                 max_tokens=self.sizes.ref_max_tokens,
             )
         return DataProto.from_dict(tensors={"ref_log_prob": log_probs})
+
+    @contextlib.contextmanager
+    def _actor_as_base(self) -> Iterator[None]:
+        """The actor's weights resident, its LoRA adapters disabled: the base model, for the reference."""
+        with self.actor.resident(), adapters_disabled(self.actor_model):
+            yield
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_METRICS)
     @explain_oom(*ACTOR_UPDATE_KNOBS)
@@ -391,7 +415,10 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, path: str, background: bool = False) -> None:
         """This rank's part of a checkpoint (see verl.utils.checkpoint), plus, from rank 0, the HF
-        config and tokenizer that ``verl export`` turns it into a model directory with."""
+        config and tokenizer that ``verl export`` turns it into a model directory with (and, with LoRA, the
+        fingerprint of the base model's files)."""
+        if self.rank == 0 and self.base_fingerprint is not None:
+            write_fingerprint(path, self.base_fingerprint)
         self._save_thread = save_role_checkpoint(
             self.actor,
             self.config.actor_rollout_ref.actor.checkpoint,
@@ -403,6 +430,10 @@ class ActorRolloutRefWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, path: str) -> None:
+        """Restore a checkpoint part; with LoRA, refused when ``model.path`` is not the base it was trained on."""
+        if self.base_fingerprint is not None:
+            key = "actor_rollout_ref.model.path"
+            check_same_base(path, self.base_fingerprint, key, self.config.actor_rollout_ref.model.path)
         self.actor.load_checkpoint(
             path, self.rank, load_contents(self.config.actor_rollout_ref.actor.checkpoint)
         )
@@ -503,7 +534,9 @@ class CriticWorker(Worker):
 
 
 class RewardWorker(Worker):
-    """Rule-based rewards: the reward manager named by ``reward_model.reward_manager``.
+    """Rewards: the reward manager named by ``reward_model.reward_manager``, the reward model
+    (``reward_model.enable``, on this worker's device) and the weighted terms of ``reward_model.reward_fns``
+    (see verl.workers.reward.combine).
 
     ``compute_score(data, validate=True)`` uses the validation manager (no printed examples). Custom managers can be passed in (they must pickle for Ray), or
     just a ``compute_score(data_source, solution_str, ground_truth, extra_info=None)`` function for the
@@ -513,14 +546,14 @@ class RewardWorker(Worker):
     def __init__(
         self, config: Any, reward_fn: Any = None, val_reward_fn: Any = None, compute_score: Any = None
     ) -> None:
-        from verl.workers.reward import load_reward_manager
+        from verl.workers.reward.combine import build_reward_fns
 
         config = trainer_config(config)
-        setup_process(config, self.rank)
+        device = setup_process(config, self.rank)
         tokenizer = tokenizer_for(config.actor_rollout_ref.model)
-        num_examine = config.reward_model.num_examine
-        self.reward_fn = reward_fn or load_reward_manager(config, tokenizer, num_examine, compute_score)
-        self.val_reward_fn = val_reward_fn or load_reward_manager(config, tokenizer, 0, compute_score)
+        self.reward_fn, self.val_reward_fn = build_reward_fns(
+            config, tokenizer, device, reward_fn, val_reward_fn, compute_score
+        )
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_score(self, data: DataProto, validate: bool = False) -> DataProto:
@@ -529,4 +562,8 @@ class RewardWorker(Worker):
         reward_fn = self.val_reward_fn if validate else self.reward_fn
         reward = reward_fn(data, return_dict=True)
         extra = {key: np.array(values, dtype=object) for key, values in reward["reward_extra_info"].items()}
-        return DataProto.from_dict(tensors={"token_level_scores": reward["reward_tensor"]}, non_tensors=extra)
+        return DataProto.from_dict(
+            tensors={"token_level_scores": reward["reward_tensor"]},
+            non_tensors=extra,
+            meta_info={"reward_extra_keys": sorted(extra)},  # which columns are reward fields (metrics)
+        )

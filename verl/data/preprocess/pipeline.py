@@ -37,6 +37,11 @@ def get_spec(dataset: str) -> DatasetSpec:
     try:
         return DATASETS[dataset]
     except KeyError:
+        if dataset == "reasoning_gym":
+            raise InputError(
+                "reasoning_gym rows are generated, not read from a file: call "
+                "verl.data.preprocess.preprocess_reasoning_gym(task, size, seed, save_dir)"
+            ) from None
         raise InputError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}") from None
 
 

@@ -9,10 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from verl.data.tasks.arithmetic import make_arithmetic_rows, write_arithmetic_dataset
+from verl.data.tasks.reasoning_gym import write_reasoning_gym_dataset
 
 TaskWriter = Callable[..., tuple[Path, Path]]
 
-TASKS: dict[str, TaskWriter] = {"arithmetic": write_arithmetic_dataset}
+TASKS: dict[str, TaskWriter] = {
+    "arithmetic": write_arithmetic_dataset,
+    "reasoning_gym": write_reasoning_gym_dataset,  # prepare.task_kwargs: task, size, seed, config, ...
+}
 
 
 __all__ = ["TASKS", "make_arithmetic_rows", "write_arithmetic_dataset"]

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from safetensors.torch import load_file, load_model, save_model
+from safetensors.torch import load_file, load_model, save_file, save_model
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -21,7 +21,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from verl.errors import InputError
-from verl.models.lora import adapter_config, check_checkpoint_adapters
+from verl.models.lora import adapter_config, adapter_weight_names, check_checkpoint_adapters
 from verl.utils.checkpoint import atomic_torch_save, rng_state, set_rng_state
 from verl.workers.engine.distributed import unwrap, wrap_ddp
 from verl.workers.engine.fsdp import Offload, shard_with_optimizer
@@ -65,6 +65,9 @@ class TrainedModel:
     ``fsdp_config`` (strategy fsdp2) shards the scorer in place over the ranks
     (`verl.workers.engine.fsdp`); ``optimizer`` may have been built over the unsharded parameters and
     then follows their shards. Sharding, like building DDP, is a collective: every rank builds together.
+
+    With LoRA adapters in ``hf_model``, checkpoints and the in-memory training state hold the adapter
+    weights alone (``saved_weights``): the frozen base is what the model was loaded with.
     """
 
     def __init__(
@@ -80,6 +83,8 @@ class TrainedModel:
     ) -> None:
         self.config = config
         self.hf_model = unwrap(hf_model)
+        self.saved_weights: frozenset[str] | None = adapter_weight_names(self.hf_model) or None
+        """the state-dict names a checkpoint holds: the adapters with LoRA; None: every weight"""
         self.scorer = scorer if scorer is not None else self.hf_model
         self.sharded = fsdp_config is not None
         self.checkpoint_group = None
@@ -100,27 +105,33 @@ class TrainedModel:
         ``fsdp_config`` offloads them to CPU memory between phases (`verl.workers.engine.fsdp.Offload`)."""
         return self.offload.resident(optimizer) if self.offload else contextlib.nullcontext()
 
+    def _saved(self, weights: dict[str, Any]) -> dict[str, Any]:
+        """The entries of a model state dict that the role saves (``saved_weights``)."""
+        names = self.saved_weights
+        return weights if names is None else {k: v for k, v in weights.items() if k in names}
+
     def training_state(self) -> dict[str, Any]:
-        """A copy of the weights, optimizer and LR schedule that later steps cannot change (this rank's
-        shards when sharded)."""
+        """A copy of the weights (the adapters alone with LoRA), optimizer and LR schedule that later steps
+        cannot change (this rank's shards when sharded)."""
         if self.sharded:
             on_cpu = StateDictOptions(cpu_offload=True)  # kept on the driver: not in GPU memory
             with self.resident(optimizer=True):
-                model = get_model_state_dict(self.hf_model, options=on_cpu)
+                model = self._saved(get_model_state_dict(self.hf_model, options=on_cpu))
                 optim = get_optimizer_state_dict(self.hf_model, self.optimizer, options=on_cpu)
         else:
-            model, optim = self.hf_model.state_dict(), self.optimizer.state_dict()
+            model, optim = self._saved(self.hf_model.state_dict()), self.optimizer.state_dict()
         return copy.deepcopy(
             {"model": model, "optimizer": optim, "lr_scheduler": self.lr_scheduler.state_dict()}
         )
 
     def load_training_state(self, state: dict[str, Any]) -> None:
+        strict = self.saved_weights is None
         if self.sharded:
             with self.resident(optimizer=True):
-                set_model_state_dict(self.hf_model, state["model"])
+                set_model_state_dict(self.hf_model, state["model"], options=StateDictOptions(strict=strict))
                 set_optimizer_state_dict(self.hf_model, self.optimizer, state["optimizer"])
         else:
-            self.hf_model.load_state_dict(state["model"])
+            self.hf_model.load_state_dict(state["model"], strict=strict)
             self.optimizer.load_state_dict(state["optimizer"])
         self.lr_scheduler.load_state_dict(state["lr_scheduler"])
 
@@ -139,8 +150,9 @@ class TrainedModel:
         state), ``extra`` (LR schedule, each rank's RNG states and shuffle generator). Replicated, rank 0
         writes weights and optimizer (the same on every rank); sharded, every rank writes its shards (a
         collective). A ``done_rank<r>`` file is written last, so a reader knows the part is complete. A
-        model with LoRA adapters also gets their peft config (``adapter_config.json``): its weights hold
-        the base and adapter weights under peft's layer names, which a reader (``verl export``) must rebuild.
+        model with LoRA adapters saves the adapter weights alone (``saved_weights``, under peft's layer
+        names), plus their peft config (``adapter_config.json``), which a reader (``verl export``) rebuilds
+        the layers from over the base model.
 
         ``background=True`` copies the state now and writes it in a thread (returned), so training can
         go on while the files are written.
@@ -154,8 +166,12 @@ class TrainedModel:
             state["adapter"] = adapter_config(self.hf_model)
             state["optim"] = {"lr_scheduler": self.lr_scheduler.state_dict()} if extra else {}
             if not self.sharded:
-                if model:
+                if model and self.saved_weights is None:
                     state["model"] = self.hf_model  # safetensors' save_model handles tied weights
+                elif model:
+                    state["model"] = {
+                        k: v.detach() for k, v in self._saved(self.hf_model.state_dict()).items()
+                    }
                 if optimizer:
                     state["optim"]["optimizer"] = self.optimizer.state_dict()
         if self.sharded and (model or optimizer):
@@ -172,6 +188,7 @@ class TrainedModel:
                     self.checkpoint_group,
                     background=background,
                     model=model,
+                    names=self.saved_weights,
                 )
         if background:
             state = {k: (v if k == "shards" else copy.deepcopy(v)) for k, v in state.items()}
@@ -199,20 +216,27 @@ class TrainedModel:
                 "saved with checkpoint.save_contents without them); leave them out of checkpoint.load_contents"
             )
         model, optimizer, extra = (part in contents for part in FULL_CONTENTS)
+        names = self.saved_weights
         if has_sharded_state(path):
             with self.resident(optimizer=True):
-                load_sharded(self.hf_model, self.optimizer if optimizer else None, path, model=model)
+                load_sharded(
+                    self.hf_model, self.optimizer if optimizer else None, path, model=model, names=names
+                )
         elif self.sharded:
-            weights = (
-                with_tied_names(self.hf_model, load_file(str(path / "model.safetensors"))) if model else None
-            )
+            weights = self._weights_file(path) if model else None
             with self.resident(optimizer=True):
                 load_full_into_sharded(
-                    self.hf_model, self.optimizer, weights, optim.get("optimizer") if optimizer else None
+                    self.hf_model,
+                    self.optimizer,
+                    weights,
+                    optim.get("optimizer") if optimizer else None,
+                    strict=names is None,
                 )
         else:
-            if model:
+            if model and names is None:
                 load_model(self.hf_model, str(path / "model.safetensors"))
+            elif model:
+                self.hf_model.load_state_dict(self._weights_file(path), strict=False)
             if optimizer:
                 self.optimizer.load_state_dict(optim["optimizer"])
         if extra:
@@ -224,6 +248,23 @@ class TrainedModel:
             else:  # more ranks than the run that saved: this rank keeps its own seed (trainer.seed + rank)
                 rng = torch.load(path / "rng_rank0.pt", weights_only=False)
             self.generator.set_state(rng["generator"])  # the shuffle generator is the same on every rank
+
+    def _weights_file(self, part: Path) -> dict[str, torch.Tensor]:
+        """``part``'s ``model.safetensors`` under every name of the model's tied parameters; with LoRA it
+        must hold every adapter weight (and may hold the base's: a checkpoint from before adapter-only saves)."""
+        weights = with_tied_names(self.hf_model, load_file(str(part / "model.safetensors")))
+        if self.saved_weights is None:
+            return weights
+        missing = sorted(self.saved_weights - weights.keys())
+        unknown = sorted(weights.keys() - self.hf_model.state_dict().keys())
+        if missing or unknown:
+            what = f"lacks {len(missing)} of" if missing else f"has {len(unknown)} weights not in"
+            first = (missing or unknown)[0]
+            raise InputError(
+                f"checkpoint {part}: model.safetensors {what} the model's adapter weights ({first}, ...); was "
+                "it written by a run with the same LoRA target modules?"
+            )
+        return weights
 
 
 def checkpoint_contents(part: Path) -> list[str]:
@@ -273,7 +314,10 @@ def _write_part(path: Path, rank: int, state: dict[str, Any]) -> None:
         state["shards"].result()  # the sharded weights and optimizer, written by DCP in the background
     if "model" in state:
         tmp = path / ".model.safetensors.tmp"
-        save_model(state["model"], str(tmp))
+        if isinstance(state["model"], dict):  # a LoRA role's adapter weights
+            save_file({k: v.contiguous() for k, v in state["model"].items()}, str(tmp))
+        else:
+            save_model(state["model"], str(tmp))
         tmp.replace(path / "model.safetensors")
     if state.get("optim"):
         atomic_torch_save(state["optim"], path / "optim.pt")

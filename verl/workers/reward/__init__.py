@@ -1,7 +1,8 @@
-"""Rule-based rewards: scorers, the data_source dispatch, and reward managers."""
+"""Rewards: rule scorers, the data_source dispatch, reward managers, weighted terms and the reward model."""
 
 from verl.workers.reward import dapo  # noqa: F401  (registers "dapo")
 from verl.workers.reward.batch import BatchRewardManager, score_batch
+from verl.workers.reward.formats import register_answer_format
 from verl.workers.reward.loading import get_custom_reward_fn, load_custom_reward_function, load_reward_manager
 from verl.workers.reward.manager import (
     ERROR_POLICIES,
@@ -36,6 +37,7 @@ __all__ = [
     "get_reward_manager_cls",
     "load_custom_reward_function",
     "load_reward_manager",
+    "register_answer_format",
     "register_reward_manager",
     "register_scorer",
     "score_batch",

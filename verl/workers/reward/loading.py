@@ -18,28 +18,31 @@ from verl.workers.reward.manager import ComputeScoreFn, get_reward_manager_cls
 from verl.workers.reward.scorers import default_compute_score
 
 
-def load_custom_reward_function(path: str | os.PathLike[str], name: str = "compute_score") -> ComputeScoreFn:
+def load_custom_reward_function(
+    path: str | os.PathLike[str],
+    name: str = "compute_score",
+    *,
+    path_key: str = "custom_reward_function.path",
+    name_key: str = "custom_reward_function.name",
+) -> ComputeScoreFn:
     """Import ``name`` from the Python file at ``path`` (a user-provided scoring function); a missing file,
-    a file that fails to import, or a missing or non-callable ``name`` is an error naming the key."""
+    a file that fails to import, or a missing or non-callable ``name`` is an error naming the key
+    (``path_key`` / ``name_key``: the config keys that gave them)."""
     path = os.path.abspath(os.path.expanduser(os.fspath(path)))
     if not os.path.isfile(path):
-        raise InputError(
-            f"custom_reward_function.path={path} does not exist{missing_path_hint(path, ('.py',))}"
-        )
+        raise InputError(f"{path_key}={path} does not exist{missing_path_hint(path, ('.py',))}")
     module = import_file(path)
     if not hasattr(module, name):
         available = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
         close = get_close_matches(name, available, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise ConfigError(
-            f"custom_reward_function.name={name!r}: {path} has no such function (it defines: "
+            f"{name_key}={name!r}: {path} has no such function (it defines: "
             f"{', '.join(available) or 'no functions'}){hint}"
         )
     fn = getattr(module, name)
     if not callable(fn):
-        raise ConfigError(
-            f"custom_reward_function.name={name!r}: in {path} it is a {type(fn).__name__}, not a function"
-        )
+        raise ConfigError(f"{name_key}={name!r}: in {path} it is a {type(fn).__name__}, not a function")
     return run_to_completion(fn) if inspect.iscoroutinefunction(fn) else fn
 
 
@@ -76,8 +79,19 @@ def load_reward_manager(
     The scoring function is ``compute_score`` when given (a function passed in code, e.g. by
     ``RewardOperator``), else ``config.custom_reward_function.path``/``.name`` when a path is set,
     else :func:`default_compute_score`. Extra ``kwargs`` go to the manager's constructor.
+
+    With ``reward_model.reward_fns``, that function is the ``correctness`` term, and the manager scores each
+    sample with the weighted sum of the per-sample terms (:mod:`verl.workers.reward.combine`).
     """
+    from verl.config.reward_fns import parse_reward_fns
+    from verl.workers.reward.batch import BatchRewardManager
+    from verl.workers.reward.combine import batched_sample_scorer, sample_scorer
+
     manager_cls = get_reward_manager_cls(config.reward_model.reward_manager)
     compute_score = compute_score or get_custom_reward_fn(config) or default_compute_score
+    terms = parse_reward_fns(config.reward_model.reward_fns)
+    if any(not term.per_batch for term in terms):
+        batched = isinstance(manager_cls, type) and issubclass(manager_cls, BatchRewardManager)
+        compute_score = (batched_sample_scorer if batched else sample_scorer)(terms, compute_score)
     kwargs.setdefault("reward_fn_key", config.data.reward_fn_key)
     return manager_cls.from_config(config, tokenizer, num_examine, compute_score, **kwargs)

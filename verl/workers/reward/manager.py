@@ -297,6 +297,22 @@ def get_reward_manager_cls(name: str) -> type:
     return REWARD_MANAGERS.lookup(name)
 
 
+def response_mask(data: Any) -> torch.Tensor:
+    """Which response tokens are valid (bool, shaped like ``responses``): ``response_mask``, else the response
+    part of ``attention_mask``, else all of them."""
+    batch = data.batch
+    responses = batch["responses"]
+    if "response_mask" in batch:
+        mask = batch["response_mask"]
+    elif "attention_mask" in batch:
+        mask = batch["attention_mask"][:, -responses.shape[-1] :]
+    else:
+        mask = torch.ones_like(responses)
+    if mask.shape != responses.shape:
+        raise ValueError(f"response mask shape {tuple(mask.shape)} != responses {tuple(responses.shape)}")
+    return mask.bool()
+
+
 def _non_tensor_item(non_tensor: Mapping[str, Any], key: str, index: int, *, required: bool) -> Any:
     if key not in non_tensor:
         if required:
@@ -368,18 +384,7 @@ class NaiveRewardManager:
         return self.tokenizer.decode(ids.tolist(), skip_special_tokens=True)
 
     def _response_mask(self, data: Any) -> torch.Tensor:
-        batch = data.batch
-        responses = batch["responses"]
-        if "response_mask" in batch:
-            mask = batch["response_mask"]
-        elif "attention_mask" in batch:
-            mask = batch["attention_mask"][:, -responses.shape[-1] :]
-        else:
-            # No mask at all: every response token counts.
-            mask = torch.ones_like(responses)
-        if mask.shape != responses.shape:
-            raise ValueError(f"response mask shape {tuple(mask.shape)} != responses {tuple(responses.shape)}")
-        return mask.bool()
+        return response_mask(data)
 
     def _prompt_strs(self, data: Any) -> list[str | None]:
         """Decode prompts (valid tokens only) when present; only used for printing."""

@@ -1,7 +1,10 @@
 """Rule-based scorers and the data_source -> scorer dispatch used by the reward managers.
 
 Every registered scorer has the signature ``fn(solution_str, ground_truth, extra_info=None)`` and
-returns a float or a dict with a ``"score"`` key (extra keys become per-sample metrics).
+returns a float or a dict with a ``"score"`` key (extra keys with numbers become the metrics
+``reward_extra/<key>/mean`` and ``val-aux/<source>/<key>/mean@n``). A data_source is
+looked up by its exact name, then by a registered prefix (``reasoning_gym/<task>`` for every
+reasoning-gym task).
 """
 
 from __future__ import annotations
@@ -10,11 +13,14 @@ from collections.abc import Callable
 from typing import Any
 
 from verl.utils.registry import Registry
-from verl.workers.reward.scorers import arithmetic, gsm8k, math_reward
+from verl.workers.reward.scorers import arithmetic, gsm8k, math_reward, math_verify, reasoning_gym
 
 ScoreFn = Callable[..., "float | dict[str, Any]"]
 
 SCORERS = Registry("reward scorer for data_source")
+
+SCORER_PREFIXES: dict[str, ScoreFn] = {}
+"""data_source prefix -> scorer, for families of sources that share one scorer (``reasoning_gym/``)."""
 
 
 def register_scorer(name: str, *, overwrite: bool = False) -> Callable[[ScoreFn], ScoreFn]:
@@ -56,6 +62,37 @@ for _name in MATH_DATA_SOURCES:
     register_scorer(_name)(_math)
 
 
+def _math_verify(solution_str: str, ground_truth: Any, extra_info: Any = None) -> dict[str, float]:
+    """Symbolic equality by math-verify (optional package), ``\\boxed{}`` or free-form; see its module."""
+    return math_verify.compute_score(solution_str, ground_truth, extra_info=extra_info)
+
+
+register_scorer("math_verify")(_math_verify)
+
+
+def _reasoning_gym(solution_str: str, ground_truth: Any, extra_info: Any = None) -> dict[str, float]:
+    """reasoning-gym's own ``score_answer`` for the task named in the ground truth, on the response's last
+    ``<answer>...</answer>``; see its module."""
+    return reasoning_gym.compute_score(solution_str, ground_truth, extra_info=extra_info)
+
+
+# "reasoning_gym" itself serves a file that mixes tasks under one data_source (each row names its task).
+register_scorer("reasoning_gym")(_reasoning_gym)
+SCORER_PREFIXES[reasoning_gym.DATA_SOURCE_PREFIX] = _reasoning_gym
+
+
+def find_scorer(data_source: Any) -> ScoreFn | None:
+    """The scorer registered as ``data_source``, else the one of its longest registered prefix, else None."""
+    try:
+        return SCORERS[data_source]
+    except (KeyError, TypeError):
+        pass
+    if not isinstance(data_source, str):
+        return None
+    prefixes = [prefix for prefix in SCORER_PREFIXES if data_source.startswith(prefix)]
+    return SCORER_PREFIXES[max(prefixes, key=len)] if prefixes else None
+
+
 def default_compute_score(
     data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None
 ) -> float | dict[str, Any]:
@@ -64,15 +101,14 @@ def default_compute_score(
     Unknown sources raise ``NotImplementedError`` (listing the known names) rather than scoring 0,
     because a silent zero reward looks exactly like a model that is failing to learn.
     """
-    try:
-        fn = SCORERS[data_source]
-    except (KeyError, TypeError):
-        known = ", ".join(sorted(SCORERS))
+    fn = find_scorer(data_source)
+    if fn is None:
+        known = ", ".join([*sorted(SCORERS), *(f"{prefix}<name>" for prefix in sorted(SCORER_PREFIXES))])
         raise NotImplementedError(
             f"no reward scorer for data_source {data_source!r}; known: {known}. "
             "Register one with verl.workers.reward.register_scorer(name) or set "
             "custom_reward_function.path."
-        ) from None
+        )
     result = fn(solution_str, ground_truth, extra_info=extra_info)
     if isinstance(result, dict):
         return result
@@ -82,10 +118,14 @@ def default_compute_score(
 __all__ = [
     "MATH_DATA_SOURCES",
     "SCORERS",
+    "SCORER_PREFIXES",
     "ScoreFn",
     "arithmetic",
     "default_compute_score",
+    "find_scorer",
     "gsm8k",
     "math_reward",
+    "math_verify",
+    "reasoning_gym",
     "register_scorer",
 ]
