@@ -268,3 +268,11 @@ def test_a_bare_word_for_a_list_of_strings_key_is_that_list():
     assert list(load_config(None, ["trainer.logger=[console,jsonl]"]).trainer.logger) == ["console", "jsonl"]
     with pytest.raises(ConfigError, match="got 'wandbb' \\(did you mean 'wandb'\\?\\)"):
         load_config(None, ["trainer.logger=wandbb"])
+
+
+def test_a_broken_interpolation_is_a_config_error_naming_the_key() -> None:
+    # OmegaConf parses a value that starts like ${...} when the config is built (found by the CLI fuzzer).
+    with pytest.raises(
+        ConfigError, match=r"custom_reward_function.name: not a valid \$\{\.\.\.\} interpolation"
+    ):
+        load_config("grpo", ["custom_reward_function.name=${a x}"])

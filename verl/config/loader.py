@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import GrammarParseError, OmegaConfBaseException
 
 from verl.config.errors import ConfigError, short_repr
 from verl.config.overrides import Override, nest, parse_override
@@ -309,12 +309,16 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _merge(
-    base: DictConfig, src: DictConfig, plain: Mapping[str, Any], schema: type, where: str
-) -> DictConfig:
-    """Merge ``src`` into ``base``, turning OmegaConf type errors into one-line ConfigErrors."""
+def _merge(base: DictConfig, plain: Mapping[str, Any], schema: type, where: str) -> DictConfig:
+    """Merge ``plain`` into ``base``, turning OmegaConf errors into one-line ConfigErrors: a type clash, or a
+    string OmegaConf cannot parse as the interpolation it starts like (``${a b}``)."""
     try:
-        return typing.cast(DictConfig, OmegaConf.merge(base, src))
+        return typing.cast(DictConfig, OmegaConf.merge(base, OmegaConf.create(plain)))
+    except GrammarParseError as e:
+        key = getattr(e, "full_key", None) or "a value"
+        raise ConfigError(
+            f"{where}{key}: not a valid ${{...}} interpolation ({str(e).splitlines()[0]})"
+        ) from None
     except OmegaConfBaseException as e:
         raise _type_error(e, plain, schema, where) from None
     except (TypeError, ValueError) as e:  # OmegaConf's own type clashes that carry no key
@@ -529,7 +533,7 @@ def load_config(
             where = f"{path}: "
             ours = _translate(plain, schema, where, compat, explicit=False)
             _check_keys(ours, schema, where)
-            cfg = _merge(cfg, OmegaConf.create(ours), ours, schema, where)
+            cfg = _merge(cfg, ours, schema, where)
 
     defaults = copy.deepcopy(cfg)
     for text in overrides:
@@ -540,7 +544,7 @@ def load_config(
             continue
         ours = _translate(nest(ov.key, ov.value), schema, where, compat, explicit=True)
         _check_keys(ours, schema, where)
-        cfg = _merge(cfg, OmegaConf.create(ours), ours, schema, where)
+        cfg = _merge(cfg, ours, schema, where)
 
     try:
         which = _compat_of(schema)
