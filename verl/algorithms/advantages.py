@@ -123,8 +123,10 @@ def compute_reinforce_plus_plus_outcome_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++: discounted return-to-go, whitened over the batch (no critic, no groups).
 
-    G_t = r_t + γ·G_{t+1}, computed backwards; the running return is reset to 0 at every masked
-    position, so nothing right of the response's end leaks into it.
+    G_t = r_t + γ·G_{t+1}, computed backwards over the tokens with mask 1; a masked token (padding, or
+    an observation token inside a multi-turn response) is skipped, as in GAE: neither its reward nor a
+    discount step, G carries through it unchanged. So nothing right of the response's end leaks into it,
+    and the tokens before a tool output still see the outcome reward after it.
     A = masked_whiten(G) · mask;  returns = G · mask.
     ``gamma`` defaults to ``config.gamma`` (verl reads it from the config), else 1.
     Hu 2025, REINFORCE++ (arXiv 2501.03262).
@@ -136,9 +138,9 @@ def compute_reinforce_plus_plus_outcome_advantage(
         returns = torch.zeros_like(token_level_rewards)
         running = torch.zeros_like(token_level_rewards[:, 0])
         for t in reversed(range(token_level_rewards.shape[-1])):
-            running = token_level_rewards[:, t] + gamma * running
-            returns[:, t] = running
-            running = running * mask[:, t]
+            step = token_level_rewards[:, t] + gamma * running
+            returns[:, t] = step
+            running = torch.where(mask[:, t].bool(), step, running)
         returns = returns * mask
         advantages = masked_whiten(returns, mask) * mask
     return advantages, returns

@@ -245,6 +245,42 @@ class SamplingConfig:
 
 
 @dataclass
+class MultiTurnConfig:
+    """``actor_rollout_ref.rollout.multi_turn``: multi-turn rollouts with tools (verl.agent_loop.tool_agent)."""
+
+    enable: bool = False
+    """run the tool agent loop (``agent.default_agent_loop`` becomes tool_agent unless it names another loop)"""
+    max_assistant_turns: Optional[int] = None
+    """sampled turns per trajectory at most; None = until the response budget (data.max_response_length) ends"""
+    max_user_turns: Optional[int] = None
+    """inserted turns (tool results) per trajectory at most; None = no limit"""
+    max_parallel_calls: int = 1
+    """tool calls run per turn; further calls in the turn get an error message instead"""
+    max_tool_response_length: int = 256
+    """characters of a tool's answer shown to the model; longer ones are cut (tool_response_truncate_side)"""
+    tool_response_truncate_side: str = "middle"
+    """which part of a long tool answer is kept: left (its start) | right (its end) | middle (both ends)"""
+    tool_config_path: Optional[str] = None
+    """YAML listing the tools (verl's format: tools: [{class_name, config, tool_schema}]); see docs/agent_loop.md"""
+    format: str = "hermes"
+    """how tool calls are written: hermes (<tool_call>{"name": ..., "arguments": {...}}</tool_call>)"""
+
+
+@dataclass
+class AgentLoopConfig:
+    """``actor_rollout_ref.rollout.agent``: which agent loop turns each prompt into a trajectory."""
+
+    default_agent_loop: str = "single_turn_agent"
+    """loop for samples without an agent_name column: single_turn_agent | tool_agent | a name from
+    agent_loop_config_path"""
+    agent_loop_config_path: Optional[str] = None
+    """YAML list of user loops, [{name, _target_: module.Class or file.py:Class}] (AgentLoopBase subclasses)"""
+    num_workers: int = 8
+    """verl's count of agent-loop worker processes; here every sample's loop runs as a coroutine of its rollout
+    worker, so this is accepted and unused"""
+
+
+@dataclass
 class RolloutConfig:
     """``actor_rollout_ref.rollout``: response generation."""
 
@@ -309,6 +345,10 @@ class RolloutConfig:
     kv_cache_memory_bytes)"""
     val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
     """sampling used for validation"""
+    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
+    """multi-turn rollouts with tools"""
+    agent: AgentLoopConfig = field(default_factory=AgentLoopConfig)
+    """agent loops (single_turn_agent by default: one sampled reply per prompt)"""
 
 
 @dataclass

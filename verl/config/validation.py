@@ -8,6 +8,7 @@ what is allowed. The numeric rules are grouped by section below (``_data_errors`
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable
 from difflib import get_close_matches
 from numbers import Real
@@ -21,6 +22,7 @@ from verl.config.errors import ConfigError, short_repr
 from verl.config.reward_fns import term_config_problems
 from verl.config.schema import TrainerConfig
 from verl.config.sizes import TOKEN_BUDGET_KEYS, derive_sizes, token_budgets
+from verl.tools.config import TOOLS_DIR, tool_config_file
 
 ON_EXISTING_RUN = ("refuse", "move_aside")
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
@@ -60,6 +62,9 @@ def _is_trainer(cfg: DictConfig) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------ rule helpers
+TRUNCATE_SIDES = ("left", "right", "middle")
+
+
 def _choice(errors: list[str], key: str, value: Any, allowed: Iterable[str]) -> None:
     allowed = tuple(allowed)
     if value not in allowed:
@@ -286,11 +291,43 @@ def _rollout_ref_errors(errors: list[str], arr: Any) -> None:
         _choice(errors, f"{prefix}.dtype", rollout.dtype, DTYPE_NAMES)
     _sampling_errors(errors, prefix, rollout, scored=True)
     _sampling_errors(errors, f"{prefix}.val_kwargs", rollout.val_kwargs, scored=False)
+    _multi_turn_errors(errors, rollout, prefix)
     for section, name in ((rollout, prefix), (ref, f"{ARR}.ref")):
         _at_least(
             errors, f"{name}.log_prob_micro_batch_size_per_gpu", section.log_prob_micro_batch_size_per_gpu, 1
         )
         _at_least(errors, f"{name}.log_prob_max_token_len_per_gpu", section.log_prob_max_token_len_per_gpu, 1)
+
+
+def _multi_turn_errors(errors: list[str], rollout: Any, prefix: str) -> None:
+    multi_turn, key = rollout.multi_turn, f"{prefix}.multi_turn"
+    _at_least(errors, f"{key}.max_assistant_turns", multi_turn.max_assistant_turns, 1)
+    _at_least(errors, f"{key}.max_user_turns", multi_turn.max_user_turns, 1)
+    _at_least(errors, f"{key}.max_parallel_calls", multi_turn.max_parallel_calls, 1)
+    _at_least(errors, f"{key}.max_tool_response_length", multi_turn.max_tool_response_length, 1)
+    _choice(
+        errors, f"{key}.tool_response_truncate_side", multi_turn.tool_response_truncate_side, TRUNCATE_SIDES
+    )
+    _choice(errors, f"{key}.format", multi_turn.format, ("hermes",))
+    if (
+        multi_turn.tool_config_path is not None
+        and not tool_config_file(multi_turn.tool_config_path).is_file()
+    ):
+        errors.append(
+            f"{key}.tool_config_path: no such file {multi_turn.tool_config_path} (nor a tool config shipped with "
+            f"verl: {', '.join(sorted(p.stem for p in TOOLS_DIR.glob('*.yaml')))})"
+        )
+    path = rollout.agent.agent_loop_config_path
+    if path is not None and not os.path.isfile(str(path)):
+        errors.append(f"{prefix}.agent.agent_loop_config_path: no such file {path}")
+    if (multi_turn.enable or path or rollout.agent.default_agent_loop != "single_turn_agent") and (
+        rollout.tensor_model_parallel_size > 1
+    ):
+        errors.append(
+            f"{prefix}.tensor_model_parallel_size={rollout.tensor_model_parallel_size} with agent loops: a "
+            "tensor-parallel engine generates one batch for its ranks together, and agent loops send requests "
+            "one turn at a time; use tensor_model_parallel_size=1"
+        )
 
 
 def _lora_errors(errors: list[str], cfg: DictConfig, prefix: str = f"{ARR}.model") -> None:

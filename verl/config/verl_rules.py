@@ -208,9 +208,25 @@ PPO_RULES: tuple[Rule, ...] = (
     _only("actor_rollout_ref.rollout.skip.enable", (False,), "replaying dumped rollouts is not built here"),
     _only("actor_rollout_ref.rollout.skip_rollout", (False,), "replaying dumped rollouts is not built here"),
     _only(
-        "actor_rollout_ref.rollout.multi_turn.enable",
+        "actor_rollout_ref.rollout.multi_turn.interaction_config_path",
+        (None,),
+        "simulated users (verl's interactions) are not built; a user loop is an agent loop of your own "
+        "(rollout.agent.agent_loop_config_path)",
+    ),
+    _only(
+        "actor_rollout_ref.rollout.multi_turn.function_tool_path",
+        (None,),
+        "tools from plain Python functions are not built; list tool classes in multi_turn.tool_config_path",
+    ),
+    _only(
+        "actor_rollout_ref.rollout.multi_turn.use_inference_chat_template",
         (False,),
-        "multi-turn / tool-calling rollouts are not built",
+        "inserted messages are rendered with the training chat template (the one the prompt used)",
+    ),
+    _only(
+        "actor_rollout_ref.rollout.agent.custom_async_server.*",
+        (None,),
+        "a custom inference server class: the rollout engines are chosen by rollout.name here",
     ),
     _only(
         "actor_rollout_ref.rollout.over_sample_rate",
@@ -355,8 +371,18 @@ PPO_RULES: tuple[Rule, ...] = (
     ),
     _no("*.optim.zero_indexed_step", "the schedule here counts optimizer steps from 0 (verl's default)"),
     _no("actor_rollout_ref.rollout.qat", "quantization-aware training settings (qat.enable=false)"),
-    _no("actor_rollout_ref.rollout.agent.*", "the agent loop: each prompt here is one single-turn rollout"),
-    _no("actor_rollout_ref.rollout.multi_turn.*", "multi-turn settings (multi_turn.enable=false)"),
+    _no(
+        "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode",
+        "history is never re-tokenized here (token-in / token-out), so there is nothing to check",
+    ),
+    _no(
+        "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts",
+        "samples per prompt are actor_rollout_ref.rollout.n",
+    ),
+    _no(
+        "actor_rollout_ref.rollout.multi_turn.completion_callback",
+        "verl 0.4's SGLang callback, removed in 0.5",
+    ),
     _no("actor_rollout_ref.rollout.nnodes", SERVER),
     _no("actor_rollout_ref.rollout.layered_summon", "LoRA weight sync to an inference server: " + SERVER),
     _no(

@@ -61,6 +61,22 @@ def default_corpus() -> list[str]:
     return lines
 
 
+def tool_call_corpus() -> list[str]:
+    """`default_corpus` plus tool-calling conversations (Hermes ``<tool_call>`` JSON, tool turns), so BPE learns
+    the call's fixed parts as a few tokens (``prepare.tiny_model.corpus=tools``)."""
+    lines = []
+    for a, b in ((1234, 5678), (4021, 3377), (9050, 1106), (2718, 2818)):
+        lines += [
+            f'<tool_call>\n{{"name": "calculator", "arguments": {{"expression": "{a}+{b}"}}}}\n</tool_call>',
+            f"{IM_START}tool\n{a + b}{IM_END}\n{IM_START}assistant\n{a + b}{IM_END}\n",
+        ]
+    return default_corpus() + lines * 8
+
+
+CORPORA = {"default": default_corpus, "tools": tool_call_corpus}
+"""the tiny tokenizer's training texts, by name (``make_tiny_model(corpus=...)``)"""
+
+
 def build_tiny_tokenizer(
     vocab_size: int = 384, corpus: Iterable[str] | None = None
 ) -> PreTrainedTokenizerFast:
@@ -140,13 +156,18 @@ def tiny_model_config(
     )
 
 
-def make_tiny_model(out_dir: str | Path, seed: int = 0, vocab_size: int = 384, **config_kwargs: Any) -> Path:
-    """Create a tiny causal LM + tokenizer + chat template and save them as an HF directory.
+def make_tiny_model(
+    out_dir: str | Path, seed: int = 0, vocab_size: int = 384, corpus: str = "default", **config_kwargs: Any
+) -> Path:
+    """Create a tiny causal LM + tokenizer + chat template and save them as an HF directory; ``corpus`` names
+    the tokenizer's training texts (`CORPORA`).
 
     Returns the directory. Load it with `verl.models.load_hf_model(out_dir)` or plain transformers.
     """
     out = Path(out_dir).expanduser()
-    tokenizer = build_tiny_tokenizer(vocab_size=vocab_size)
+    if corpus not in CORPORA:
+        raise ValueError(f"unknown tiny-model corpus {corpus!r}; choose one of {sorted(CORPORA)}")
+    tokenizer = build_tiny_tokenizer(vocab_size=vocab_size, corpus=CORPORA[corpus]())
     config = tiny_model_config(tokenizer, **config_kwargs)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)

@@ -28,7 +28,9 @@ def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
 def compute_data_metrics(batch: DataProto, max_response_length: int) -> dict[str, float]:
     """Scores, rewards, advantages and lengths of the batch just trained on."""
     mask = batch.batch["response_mask"].bool()
-    response_length = mask.sum(-1).float()
+    # The length of the whole response, as verl counts it (the attention mask's response part): a multi-turn
+    # trajectory's inserted tool tokens (response_mask 0) count; single-turn the two masks are the same.
+    response_length = batch.batch["attention_mask"][:, -mask.shape[1] :].sum(-1).float()
     prompt_length = batch.batch["attention_mask"][:, : -mask.shape[1]].sum(-1).float()
     metrics = {}
     metrics.update(_stats("critic/score", batch.batch["token_level_scores"].sum(-1)))

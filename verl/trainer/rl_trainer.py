@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.agent_loop.metrics import agent_metrics
 from verl.config import ConfigError, TrainerConfig, derive_sizes
 from verl.config.reward_fns import parse_reward_fns
 from verl.data import EpochSampler, RLDataset, collate_rl, iterate_batches
@@ -179,6 +180,7 @@ class RLTrainer:
         timing["step"] = time.perf_counter() - start
         timing.setdefault("old_log_prob", 0.0)  # skipped on-policy: the update uses its own log-probs
         metrics.update(compute_data_metrics(batch, self.config.data.max_response_length))
+        metrics.update(agent_metrics(batch))
         metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
         metrics.update(compute_throughput_metrics(batch, timing["step"], n_devices=self.sizes.dp_size))
         metrics.update({f"worker/restarts/{role}": float(n) for role, n in self.controller.restarts.items()})

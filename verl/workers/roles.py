@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from verl.agent_loop import AgentLoopRunner, uses_agent_loop
 from verl.config import derive_sizes
 from verl.config.backends import training_strategy
 from verl.config.schema import TrainerConfig
@@ -283,6 +284,18 @@ class ActorRolloutRefWorker(Worker):
         self.server = (
             RolloutServer(self.rollout, arr.rollout.max_num_seqs) if arr.rollout.mode == "async" else None
         )
+        self.agent = self._agent_runner() if uses_agent_loop(arr.rollout) else None
+        """the agent loops (multi-turn, tools), over the rollout server; None: one reply per prompt"""
+
+    def _agent_runner(self) -> AgentLoopRunner:
+        """Agent loops need a server (each sample's turns are separate requests): mode=async's, or one of
+        their own."""
+        rollout_cfg = self.config.actor_rollout_ref.rollout
+        if self.server is None:
+            self.server = RolloutServer(self.rollout, rollout_cfg.max_num_seqs)
+        return AgentLoopRunner(
+            self.config, self.tokenizer, self.server.generate, self.eos_token_ids, self.tokenizer.pad_token_id
+        )
 
     def sampling_params(self, validate: bool) -> SamplingParams:
         rollout_cfg = self.config.actor_rollout_ref.rollout
@@ -296,20 +309,18 @@ class ActorRolloutRefWorker(Worker):
         weights is synchronised to the current policy first, and kept awake for the sync and the whole
         generation; the others generate with the actor's module, every weight gathered (the hybrid engine's
         resharding: FSDP2 gathers once for the whole generation and frees it after)."""
+        if self.agent is None and "agent_name" in prompts.non_tensor_batch:
+            self.agent = self._agent_runner()  # the data names a loop per sample
         if not self.rollout.owns_weights:
             with gathered(self.actor.scorer):
-                if self.server is not None:
-                    return generate_batch(self.server, prompts, sampling)
-                return self.rollout.generate_sequences(prompts, sampling)
+                return self._generate_here(prompts, sampling, None)
         version = self.policy_version
         with self.rollout.awake():
             if self.rollout.weights_version != version:
                 # FSDP2 shards are gathered one tensor at a time as the engine reads them
                 self.rollout.sync_weights(self.actor_model, version)
-            if self.server is not None:
-                return generate_batch(self.server, prompts, sampling, version)
             if self.engine_group is None:
-                return self.rollout.generate_sequences(prompts, sampling, weights_version=version)
+                return self._generate_here(prompts, sampling, version)
             # A tensor-parallel engine: its ranks generate the group's prompts together, drawing with shared
             # per-request seeds, and each keeps its own rows.
             keys = ("input_ids", "attention_mask", "position_ids")
@@ -319,6 +330,16 @@ class ActorRolloutRefWorker(Worker):
                 DataProto.from_dict(tensors=tensors), sampling, weights_version=version, seed=seed
             )
             return output[mine]
+
+    def _generate_here(self, prompts: DataProto, sampling: SamplingParams, version: int | None) -> DataProto:
+        """This rank's engine generates: through the agent loops, the server, or one batch call."""
+        if self.agent is not None:
+            return self.agent.generate_sequences(prompts, sampling, version)
+        if self.server is not None:
+            return generate_batch(self.server, prompts, sampling, version)
+        if version is None:
+            return self.rollout.generate_sequences(prompts, sampling)
+        return self.rollout.generate_sequences(prompts, sampling, weights_version=version)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     @explain_oom(*GENERATE_KNOBS)

@@ -10,12 +10,14 @@ from pathlib import Path
 
 from verl.data.tasks.arithmetic import make_arithmetic_rows, write_arithmetic_dataset
 from verl.data.tasks.reasoning_gym import write_reasoning_gym_dataset
+from verl.data.tasks.tool_arithmetic import write_tool_arithmetic_dataset
 
 TaskWriter = Callable[..., tuple[Path, Path]]
 
 TASKS: dict[str, TaskWriter] = {
     "arithmetic": write_arithmetic_dataset,
     "reasoning_gym": write_reasoning_gym_dataset,  # prepare.task_kwargs: task, size, seed, config, ...
+    "tool_arithmetic": write_tool_arithmetic_dataset,  # 4-digit sums with calculator demonstrations
 }
 
 

@@ -134,7 +134,10 @@ def shared_prompt_hidden(
         **{keyword: cache},
     )[0]
     cache.reorder_cache(inverse)
-    used = max(int(response_mask.sum(-1).max()), 1)  # later columns are padding in every row
+    # Up to the last token scored in any row (its last response_mask 1, not the count of them: a multi-turn
+    # response has unscored tool tokens in between); later columns predict nothing that is scored.
+    scored = response_mask.bool().any(0).nonzero()
+    used = int(scored[-1]) + 1 if len(scored) else 1
     response_out = decoder(
         input_ids=input_ids[:, width : width + used],
         attention_mask=attention_mask[:, first : width + used],

@@ -36,7 +36,14 @@ from verl.protocol import DataProto
 from verl.workers.reward.dapo import overlong_penalty
 from verl.workers.reward.formats import format_check, format_score
 from verl.workers.reward.loading import load_custom_reward_function, load_reward_manager
-from verl.workers.reward.manager import REWARD_ERROR_KEY, ComputeScoreFn, _as_float, response_mask
+from verl.workers.reward.manager import (
+    REWARD_ERROR_KEY,
+    ComputeScoreFn,
+    _as_float,
+    last_positions,
+    response_mask,
+    trajectory_mask,
+)
 from verl.workers.reward.scorers import default_compute_score
 
 DEFAULT_LENGTH_THRESHOLD = 0.8
@@ -156,13 +163,11 @@ def length_threshold(term: RewardTerm, max_response_length: int) -> int:
 
 
 def response_positions(data: DataProto) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the last valid response token of each row, the number of valid tokens): where the reward managers put
-    the score (position 0 for an empty response) and what the length term counts."""
-    responses = data.batch["responses"]
+    """(the last trained response token of each row, the trajectory's length): where the reward managers put
+    the score (position 0 for an empty response) and what the length term counts (every response token the
+    model saw, inserted tool outputs included, as DAPO's overlong penalty counts them)."""
     mask = response_mask(data)
-    index = torch.arange(responses.shape[-1], device=responses.device)
-    positions = torch.where(mask, index, -1).max(-1).values.clamp_min(0)
-    return positions, mask.sum(-1)
+    return last_positions(mask), trajectory_mask(data, mask).sum(-1)
 
 
 ScoreModel = Callable[[DataProto], torch.Tensor]

@@ -7,7 +7,13 @@ from typing import Any
 import torch
 
 from verl.config.errors import ConfigError
-from verl.workers.reward.manager import NaiveRewardManager, error_handling_kwargs, register_reward_manager
+from verl.workers.reward.manager import (
+    NaiveRewardManager,
+    error_handling_kwargs,
+    last_positions,
+    register_reward_manager,
+    trajectory_mask,
+)
 
 
 def overlong_penalty(
@@ -54,10 +60,12 @@ class DAPORewardManager(NaiveRewardManager):
         result = super().__call__(data, return_dict=True)
         buffer = self.overlong_buffer
         if buffer is not None and buffer.enable and "rm_scores" not in data.batch:
-            mask = data.batch["response_mask"]
-            lengths = mask.sum(-1)
+            # The length is the whole trajectory's (tool outputs included, as verl counts it); the penalty
+            # goes where the score went, the last trained token.
+            mask = self._response_mask(data)
+            lengths = trajectory_mask(data, mask).sum(-1)
             penalty = overlong_penalty(lengths, self.max_resp_len, buffer.len, buffer.penalty_factor)
-            last = (lengths - 1).clamp_min(0).long()
+            last = last_positions(mask)
             rows = torch.arange(len(lengths))
             result["reward_tensor"][rows, last] += penalty
             result["reward_extra_info"]["overlong_reward"] = penalty.tolist()

@@ -1,7 +1,8 @@
 """Reward managers: turn a batch of rollouts (DataProto) into token-level reward tensors.
 
-A reward manager decodes each response, looks up its ground truth and data source, calls a scoring
-function and writes the scalar score at the response's last valid token (the "outcome reward"
+A reward manager decodes each response (the whole trajectory: in a multi-turn rollout the inserted tool
+outputs too), looks up its ground truth and data source, calls a scoring function and writes the scalar
+score at the response's last trained token, the last with ``response_mask`` 1 (the "outcome reward"
 convention that the advantage estimators expect).
 
 A scoring function that raises, runs past ``reward_model.timeout_s`` (60 s by default; null = no
@@ -313,6 +314,39 @@ def response_mask(data: Any) -> torch.Tensor:
     return mask.bool()
 
 
+def trajectory_mask(data: Any, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Which response tokens make up the response as a whole (bool, shaped like ``responses``): every token the
+    model saw, i.e. the response part of ``attention_mask``, plus the trained tokens ``mask`` (by default
+    :func:`response_mask`). In a multi-turn rollout that includes the inserted tool / user tokens, whose
+    ``response_mask`` is 0 but which are part of the trajectory a scorer judges (verl decodes the response up
+    to the attention mask's length); in a single-turn batch the two masks are the same."""
+    mask = response_mask(data) if mask is None else mask.bool()
+    attention = data.batch["attention_mask"] if "attention_mask" in data.batch else None
+    if attention is not None and attention.shape[-1] >= mask.shape[-1]:
+        mask = mask | attention[:, -mask.shape[-1] :].bool()
+    return mask
+
+
+def last_positions(mask: torch.Tensor) -> torch.Tensor:
+    """Each row's last position where ``mask`` is set, 0 for a row without one: where the outcome reward goes.
+    With ``response_mask`` that is the last sampled token, also when inserted (masked) tokens follow it:
+    the advantage estimators skip masked tokens, so a reward on one would be lost."""
+    index = torch.arange(mask.shape[-1], device=mask.device)
+    return torch.where(mask.bool(), index, -1).max(-1).values.clamp_min(0)
+
+
+def _with_rollout_info(extra_info: Any, non_tensor: Mapping[str, Any], index: int) -> Any:
+    """``extra_info`` plus what an agent loop reported for the sample, as verl passes it to scorers:
+    ``num_turns``, and ``tool_rewards`` (the sum of its tools' rewards). Unchanged for a single-turn batch."""
+    if "__num_turns__" not in non_tensor:
+        return extra_info
+    info = dict(extra_info) if isinstance(extra_info, Mapping) else {}
+    info["num_turns"] = int(non_tensor["__num_turns__"][index])
+    if "tool_rewards" in non_tensor:
+        info["tool_rewards"] = non_tensor["tool_rewards"][index]
+    return info
+
+
 def _non_tensor_item(non_tensor: Mapping[str, Any], key: str, index: int, *, required: bool) -> Any:
     if key not in non_tensor:
         if required:
@@ -402,12 +436,15 @@ class NaiveRewardManager:
     def build_samples(self, data: Any, *, with_prompts: bool = False) -> tuple[list[RewardSample], list[int]]:
         """Decode each response and collect its scoring inputs plus its reward position.
 
-        The reward position is the LAST valid response token (searched in the mask, so left- and
-        right-padded responses both work). A response with no valid tokens gets position 0: the
-        reward must land somewhere, and such rows are normally fully masked downstream anyway.
+        The decoded response is the whole trajectory (:func:`trajectory_mask`: in a multi-turn rollout the
+        tool outputs between the sampled turns too). The reward position is the LAST trained response token
+        (``response_mask``, searched in the mask, so left- and right-padded responses both work). A response
+        with no valid tokens gets position 0: the reward must land somewhere, and such rows are normally
+        fully masked downstream anyway.
         """
         responses = data.batch["responses"]
         mask = self._response_mask(data)
+        text_mask = trajectory_mask(data, mask)
         non_tensor = data.non_tensor_batch
         prompts = self._prompt_strs(data) if with_prompts else [None] * len(data)
         positions = torch.arange(responses.shape[-1], device=responses.device)
@@ -421,11 +458,13 @@ class NaiveRewardManager:
                 RewardSample(
                     index=i,
                     data_source=_plain(_non_tensor_item(non_tensor, self.reward_fn_key, i, required=True)),
-                    response_str=self._decode(responses[i][valid]),
+                    response_str=self._decode(responses[i][text_mask[i]]),
                     ground_truth=_ground_truth(
                         _non_tensor_item(non_tensor, "reward_model", i, required=True), i
                     ),
-                    extra_info=_non_tensor_item(non_tensor, "extra_info", i, required=False),
+                    extra_info=_with_rollout_info(
+                        _non_tensor_item(non_tensor, "extra_info", i, required=False), non_tensor, i
+                    ),
                     prompt_str=prompts[i],
                 )
             )

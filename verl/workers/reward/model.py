@@ -5,7 +5,9 @@ verl/workers/fsdp_workers.py), on the reward worker's device:
 
 1. the chat: the prompt's messages (the row's ``raw_prompt``; without it, the decoded prompt as one user message)
    plus ``{"role": "assistant", "content": <response>}``, the response decoded with the input tokenizer
-   (``reward_model.model.input_tokenizer``, by default the policy's), special and pad tokens skipped;
+   (``reward_model.model.input_tokenizer``, by default the policy's), special and pad tokens skipped; the
+   response is every response token of the attention mask, so a multi-turn trajectory's tool outputs are in
+   that one message, as in verl;
 2. formatted with the reward model's own chat template (plain concatenation, prompt then response, when its
    tokenizer has none), tokenized with the reward model's tokenizer, cut to ``reward_model.max_length`` tokens
    from the right (the end is dropped, verl's ``truncation="right"``);
@@ -30,7 +32,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, PreTrai
 from verl.errors import InputError
 from verl.models.loading import check_model_dir, load_tokenizer
 from verl.protocol import DataProto
-from verl.workers.reward.manager import response_mask
+from verl.workers.reward.manager import trajectory_mask
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +115,7 @@ class RewardModelScorer:
         batch, non_tensor = data.batch, data.non_tensor_batch
         responses = batch["responses"]
         width = responses.shape[-1]
-        mask = response_mask(data)
+        mask = trajectory_mask(data)  # the whole trajectory, tool outputs included (as verl decodes it)
         chats = []
         for i in range(len(data)):
             if "raw_prompt" in non_tensor:

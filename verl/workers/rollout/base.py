@@ -8,6 +8,7 @@ and the full-sequence ``input_ids``, ``attention_mask``, ``position_ids`` the ac
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -228,14 +229,17 @@ def tokens_through_batch(
     eos_token_ids: list[int],
     device: torch.device | str = "cpu",
 ) -> list[TokenResponse]:
-    """Token-in / token-out on top of a batch engine: requests with the same sampling settings go through
-    ``generate_sequences`` together (a batch on ``device``, the engine's), in the order given; each response
-    is cut after its first stop token."""
+    """Token-in / token-out on top of a batch engine: requests that sample alike go through
+    ``generate_sequences`` together (a batch on ``device``, the engine's), in the order given, up to the
+    longest ``max_new_tokens`` among them; each response is cut after its first stop token and at its own
+    ``max_new_tokens`` (an agent loop's turns each have their own budget)."""
     responses: dict[int, TokenResponse] = {}
     groups: dict[SamplingParams, list[int]] = {}
     for index, request in enumerate(requests):
-        groups.setdefault(request.sampling, []).append(index)
-    for sampling, indices in groups.items():
+        groups.setdefault(dataclasses.replace(request.sampling, max_new_tokens=0), []).append(index)
+    for like, indices in groups.items():
+        longest = max(requests[i].sampling.max_new_tokens for i in indices)
+        sampling = dataclasses.replace(like, max_new_tokens=longest)
         batch = left_padded_batch([requests[i].prompt_ids for i in indices], pad_token_id, device)
         output = generate_sequences(batch, sampling)
         lengths = output.batch["response_mask"].sum(dim=1).tolist()
@@ -243,7 +247,7 @@ def tokens_through_batch(
         log_probs = None if log_probs is None else log_probs.cpu()
         responses_ids = output.batch["responses"].cpu()
         for row, index in enumerate(indices):
-            n = int(lengths[row])
+            n = min(int(lengths[row]), requests[index].sampling.max_new_tokens)
             ids = responses_ids[row, :n].tolist()
             stopped = bool(ids) and ids[-1] in sampling.stop_tokens(eos_token_ids)
             responses[index] = TokenResponse(

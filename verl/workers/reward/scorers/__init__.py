@@ -40,6 +40,14 @@ def _arithmetic(solution_str: str, ground_truth: Any, extra_info: Any = None) ->
     return {"score": score, "acc": score}
 
 
+@register_scorer("tool_arithmetic")
+def _tool_arithmetic(solution_str: str, ground_truth: Any, extra_info: Any = None) -> dict[str, float]:
+    """The final answer after any tool calls (verl.data.tasks.tool_arithmetic); ``acc`` and ``tool_used`` (the
+    response called the tool at least once)."""
+    score = arithmetic.final_answer_score(solution_str, ground_truth, extra_info=extra_info)
+    return {"score": score, "acc": score, "tool_used": float("<tool_call>" in (solution_str or ""))}
+
+
 def _gsm8k(solution_str: str, ground_truth: Any, extra_info: Any = None) -> float:
     return gsm8k.compute_score(solution_str, ground_truth, method="strict")
 

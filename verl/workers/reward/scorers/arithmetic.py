@@ -24,3 +24,16 @@ def compute_score(solution_str: str, ground_truth: str | int, extra_info: Any = 
     if match is None:
         return 0.0
     return 1.0 if int(match.group(0)) == expected else 0.0
+
+
+_TOOL_CALL = re.compile(r"<tool_call>.*?</tool_call>", re.DOTALL)
+
+
+def final_answer_score(solution_str: str, ground_truth: str | int, extra_info: Any = None) -> float:
+    """1.0 if the first integer of the response's last non-empty line, once ``<tool_call>`` blocks are removed,
+    equals ``ground_truth``. A multi-turn response holds the tool calls and the tool results before the final
+    answer (its last line); a number inside a call or a result earlier on does not count."""
+    expected = int(str(ground_truth).strip())
+    lines = [line for line in _TOOL_CALL.sub("", solution_str or "").splitlines() if line.strip()]
+    match = _FIRST_INT.search(lines[-1]) if lines else None
+    return 1.0 if match is not None and int(match.group(0)) == expected else 0.0

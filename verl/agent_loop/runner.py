@@ -1,0 +1,207 @@
+"""Runs one agent loop per sample of a prompt batch, all in flight at once, and lays the trajectories out as
+the trainer's batch.
+
+The layout is the single-turn one (see verl.workers.rollout.base): left-padded ``prompts``, ``responses``
+right-padded to ``data.max_response_length``, the full-sequence ``input_ids`` / ``attention_mask`` /
+``position_ids``, and ``rollout_log_probs`` when the engine returns them. Only ``response_mask`` differs: it
+is 0 on inserted tokens, which the attention mask keeps (the model reads tool results, it is not trained to
+write them). Per-sample non-tensor fields: ``__num_turns__`` (verl's name), ``__tool_calls__``,
+``__tool_errors__``, ``__tool_latency_s__`` (summarised by verl.agent_loop.metrics) and each loop's
+``extra_fields`` (``tool_rewards``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import uuid
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl.agent_loop.base import AGENT_LOOPS, AgentLoopBase, AgentLoopContext, AgentLoopOutput
+from verl.config.errors import ConfigError
+from verl.models.plumbing import position_ids
+from verl.protocol import DataProto
+from verl.workers.rollout.base import SamplingParams, TokenRequest, TokenResponse
+
+METRIC_FIELDS = ("tool_calls", "tool_errors", "tool_latency_s")
+"""per-sample numbers a loop reports in ``AgentLoopOutput.metrics``, kept as ``__<name>__`` fields"""
+
+
+def uses_agent_loop(rollout_cfg: Any) -> bool:
+    """Whether the config asks for agent loops (multi-turn, another default loop, or user loops)."""
+    agent = rollout_cfg.agent
+    return bool(
+        rollout_cfg.multi_turn.enable
+        or agent.default_agent_loop != "single_turn_agent"
+        or agent.agent_loop_config_path
+    )
+
+
+def default_agent_loop(rollout_cfg: Any) -> str:
+    """The loop of samples without an ``agent_name``: ``agent.default_agent_loop``, which ``multi_turn.enable``
+    turns from single_turn_agent into tool_agent."""
+    name = rollout_cfg.agent.default_agent_loop
+    return "tool_agent" if rollout_cfg.multi_turn.enable and name == "single_turn_agent" else name
+
+
+def load_agent_loop_config(path: str) -> dict[str, type]:
+    """``agent.agent_loop_config_path``: a YAML list of ``{name: ..., _target_: module.Class | file.py:Class}``
+    (verl's format); the loops it names, registered under their names for this run."""
+    from omegaconf import OmegaConf
+
+    from verl.utils.imports import load_object
+
+    key = "actor_rollout_ref.rollout.agent.agent_loop_config_path"
+    try:
+        entries = OmegaConf.to_container(OmegaConf.load(path))
+    except FileNotFoundError:
+        raise ConfigError(f"{key}: no such file {path}") from None
+    if not isinstance(entries, list):
+        raise ConfigError(f"{key}: {path} must hold a list of {{name, _target_}} entries")
+    loops = {}
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not entry.get("name") or not entry.get("_target_"):
+            raise ConfigError(f"{key}: entry {index} of {path} needs a name and a _target_, got {entry!r}")
+        target = str(entry["_target_"])
+        if ":" not in target:  # verl writes package.module.Class
+            target = ":".join(target.rsplit(".", 1))
+        cls = load_object(target, f"{key} ({path}, entry {index})", "agent loop class")
+        if not (isinstance(cls, type) and issubclass(cls, AgentLoopBase)):
+            raise ConfigError(
+                f"{key}: entry {index} of {path}: {entry['_target_']} is not an AgentLoopBase subclass"
+            )
+        loops[str(entry["name"])] = cls
+    return loops
+
+
+class AgentLoopRunner:
+    """The agent loops of one rollout worker. ``submit(request)`` is the rollout server's coroutine
+    (verl.workers.rollout.server.RolloutServer.generate)."""
+
+    def __init__(
+        self,
+        config: Any,
+        tokenizer: Any,
+        submit: Any,
+        stop_token_ids: list[int],
+        pad_token_id: int,
+    ) -> None:
+        rollout = config.actor_rollout_ref.rollout
+        self.submit = submit
+        self.pad_token_id = pad_token_id
+        self.default_loop = default_agent_loop(rollout)
+        self.loop_classes = dict(AGENT_LOOPS)
+        if rollout.agent.agent_loop_config_path:
+            self.loop_classes.update(load_agent_loop_config(rollout.agent.agent_loop_config_path))
+        if self.default_loop not in self.loop_classes:
+            AGENT_LOOPS.lookup(self.default_loop)  # the error names the closest registered loop
+        path = rollout.multi_turn.tool_config_path
+        tools = []
+        if path:
+            from verl.tools.config import load_tools
+
+            tools = load_tools(path)
+        self.context = AgentLoopContext(
+            generate=self._generate,
+            tokenizer=tokenizer,
+            stop_token_ids=list(stop_token_ids),
+            max_response_length=int(config.data.max_response_length),
+            multi_turn=rollout.multi_turn,
+            tools={tool.name: tool for tool in tools},
+        )
+        self.weights_version: int | None = None
+        self._loops: dict[str, AgentLoopBase] = {}
+
+    def _loop(self, name: str) -> AgentLoopBase:
+        if name not in self._loops:
+            if name not in self.loop_classes:
+                raise ConfigError(
+                    f"agent_name {name!r} names no agent loop (registered: {', '.join(sorted(self.loop_classes))})"
+                )
+            self._loops[name] = self.loop_classes[name](self.context)
+        return self._loops[name]
+
+    async def _generate(self, ids: list[int], sampling: SamplingParams) -> TokenResponse:
+        request = TokenRequest(uuid.uuid4().hex, list(ids), sampling, self.weights_version)
+        return await self.submit(request)
+
+    def generate_sequences(
+        self, prompts: DataProto, sampling: SamplingParams, weights_version: int | None = None
+    ) -> DataProto:
+        """Every sample's trajectory (its loop: the ``agent_name`` column, else the default), in row order."""
+        self.weights_version = weights_version
+        ids, mask = prompts.batch["input_ids"].cpu(), prompts.batch["attention_mask"].bool().cpu()
+        rows = []
+        for row in range(len(prompts)):
+            fields = {key: values[row] for key, values in prompts.non_tensor_batch.items()}
+            rows.append(
+                (str(fields.get("agent_name") or self.default_loop), ids[row][mask[row]].tolist(), fields)
+            )
+        outputs = _run(self._run_all(rows, sampling))
+        return self._assemble(prompts, outputs, sampling.max_new_tokens)
+
+    async def _run_all(
+        self, rows: list[tuple[str, list[int], dict]], sampling: SamplingParams
+    ) -> list[AgentLoopOutput]:
+        loops = [self._loop(name) for name, _, _ in rows]
+        return list(
+            await asyncio.gather(
+                *(
+                    loop.run(sampling, prompt, **fields)
+                    for loop, (_, prompt, fields) in zip(loops, rows, strict=True)
+                )
+            )
+        )
+
+    def _assemble(self, prompts: DataProto, outputs: list[AgentLoopOutput], width: int) -> DataProto:
+        rows = len(outputs)
+        responses = torch.full((rows, width), self.pad_token_id, dtype=torch.long)
+        response_mask = torch.zeros(rows, width, dtype=torch.long)
+        response_attention = torch.zeros(rows, width, dtype=torch.long)
+        log_probs = torch.zeros(rows, width, dtype=torch.float32)
+        for row, out in enumerate(outputs):
+            n = len(out.response_ids)
+            if n > width or len(out.response_mask) != n:
+                raise RuntimeError(
+                    f"agent loop returned {n} response tokens with {len(out.response_mask)} mask entries; the "
+                    f"response must fit in data.max_response_length={width} and have one mask entry per token"
+                )
+            responses[row, :n] = torch.tensor(out.response_ids, dtype=torch.long)
+            response_mask[row, :n] = torch.tensor(out.response_mask, dtype=torch.long)
+            response_attention[row, :n] = 1
+            if out.response_logprobs is not None:
+                log_probs[row, :n] = torch.tensor(out.response_logprobs, dtype=torch.float32)
+        device = prompts.batch["input_ids"].device
+        prompt_ids = prompts.batch["input_ids"]
+        prompt_mask = prompts.batch["attention_mask"]
+        attention_mask = torch.cat([prompt_mask, response_attention.to(device, prompt_mask.dtype)], dim=1)
+        tensors = {
+            "prompts": prompt_ids,
+            "responses": responses.to(device, prompt_ids.dtype),
+            "response_mask": response_mask.to(device),
+            "input_ids": torch.cat([prompt_ids, responses.to(device, prompt_ids.dtype)], dim=1),
+            "attention_mask": attention_mask,
+            "position_ids": position_ids(attention_mask),
+        }
+        if all(out.response_logprobs is not None for out in outputs):
+            tensors["rollout_log_probs"] = (log_probs * response_mask).to(device)
+        non_tensors = {"__num_turns__": np.array([out.num_turns for out in outputs], dtype=np.int64)}
+        for name in METRIC_FIELDS:
+            non_tensors[f"__{name}__"] = np.array([float(out.metrics.get(name, 0.0)) for out in outputs])
+        for key in sorted({key for out in outputs for key in out.extra_fields}):
+            non_tensors[key] = np.array([out.extra_fields.get(key) for out in outputs], dtype=object)
+        return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
+
+
+def _run(coroutine: Any) -> Any:
+    """Run ``coroutine`` to completion, in a thread of its own when this thread already runs an event loop
+    (a notebook, an async Ray actor)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
