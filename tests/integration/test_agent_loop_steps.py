@@ -4,7 +4,6 @@ unchanged, for a group estimator and for GAE with a critic; the single-turn loop
 from __future__ import annotations
 
 import json
-import textwrap
 
 import numpy as np
 import pytest
@@ -82,8 +81,8 @@ def test_inserted_turns_train_with_the_step_unchanged(
 def test_single_turn_loop_is_the_batch_path(tiny_model_dir, arithmetic_files, tmp_path, one_torch_thread):
     """Greedy decoding through the single-turn agent loop (the server, one request per row) gives the batch
     call's responses, masks and log-probs."""
-    from verl.workers.rollout.base import left_padded_batch
     from verl.workers.roles import ActorRolloutRefWorker
+    from verl.workers.rollout.base import left_padded_batch
 
     config = small_config(tiny_model_dir, arithmetic_files, tmp_path)
     worker = ActorRolloutRefWorker(config, need_ref=False)
