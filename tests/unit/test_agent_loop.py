@@ -7,6 +7,7 @@ worker tests at the end run the real engines.
 from __future__ import annotations
 
 import asyncio
+import re
 from types import SimpleNamespace
 from typing import Any
 
@@ -401,3 +402,45 @@ def test_runner_lays_out_the_batch_and_scorers_see_the_rollout(tmp_path) -> None
     assert [int(torch.nonzero(row).max()) for row in reward["reward_tensor"]] == last_sampled
     assert "<tool_call>" in seen[0][0] and seen[0][0].rstrip().endswith("6912")
     assert seen[0][1] == {"index": 0, "num_turns": 4, "tool_rewards": 0.0}
+
+
+def python_call(code: str) -> str:
+    import json
+
+    return "<tool_call>\n" + json.dumps({"name": "python", "arguments": {"code": code}}) + "\n</tool_call>"
+
+
+def test_malicious_python_calls_become_tool_errors_and_the_trajectory_goes_on(qwen, tmp_path) -> None:
+    """An infinite loop, a 10 GB allocation, a bounded fork loop, a write outside the sandbox and a socket:
+    each call ends with an error message inside its limits, and the model is sampled again after it. Every
+    case is bounded by construction (the loop by the wall limit, the rest by their own ranges)."""
+    from verl.tools.python_sandbox import PythonTool
+
+    outside = tmp_path / "escaped.txt"
+    attacks = [
+        "while True:\n    pass",
+        "x = bytearray(10 * 2**30)",
+        "import os\nfor _ in range(50):\n    os.fork()",
+        f"open({str(outside)!r}, 'w').write('x')",
+        "import socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)",
+    ]
+    tool = PythonTool({"cpu_time_s": 1, "wall_time_s": 3, "memory_mb": 256})
+    turns = [python_call(code) for code in attacks] + ["print('ok')", "done"]
+    turns[-2] = python_call("print(6 * 7)")
+    output, seen, _ = run_loop(
+        qwen,
+        "<|im_end|>",
+        turns,
+        [{"role": "user", "content": "q"}],
+        max_response_length=8192,
+        tools={"python": tool},
+        max_tool_response_length=200,
+    )
+    assert len(seen) == len(turns)  # every turn was sampled: no attack ended the trajectory
+    text = qwen.decode(output.response_ids)
+    results = re.findall(r"<tool_response>\n(.*?)</tool_response>", text, re.DOTALL)
+    assert len(results) == len(attacks) + 1
+    assert all(result.startswith("Error:") for result in results[:-1])
+    assert results[-1].strip() == "42"  # the sandbox still works after them
+    assert output.metrics["tool_errors"] == len(attacks) and output.metrics["tool_calls"] == len(attacks) + 1
+    assert not outside.exists()
