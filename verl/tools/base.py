@@ -56,6 +56,16 @@ class ToolError(Exception):
     the agent loop turns it into the tool message ``Error: ...`` and counts it in ``agent/tool_errors``."""
 
 
+def string_argument(parameters: Any, name: str, hint: str) -> str:
+    """The string argument ``name`` of a call, or a ToolError the model can act on (``hint`` describes it)."""
+    value = parameters.get(name) if isinstance(parameters, dict) else None
+    if value is None:
+        raise ToolError(f'missing argument "{name}" ({hint})')
+    if not isinstance(value, str):
+        raise ToolError(f'"{name}" must be a string, got {type(value).__name__}')
+    return value
+
+
 class BaseTool:
     """One tool. Subclasses implement ``execute``; the default ``create`` keeps a per-instance dict
     (``self.instances[instance_id]``, seeded with the row's ``create_kwargs``), ``calc_reward`` returns 0 and

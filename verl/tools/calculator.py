@@ -13,7 +13,7 @@ import math
 import operator
 from typing import Any
 
-from verl.tools.base import BaseTool, OpenAIFunctionToolSchema, ToolError, ToolResponse
+from verl.tools.base import BaseTool, OpenAIFunctionToolSchema, ToolError, ToolResponse, string_argument
 
 MAX_EXPRESSION_CHARS = 1000
 MAX_INT_BITS = 4096
@@ -132,9 +132,5 @@ class CalculatorTool(BaseTool):
     async def execute(
         self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
     ) -> tuple[ToolResponse, float, dict[str, Any]]:
-        expression = parameters.get("expression") if isinstance(parameters, dict) else None
-        if expression is None:
-            raise ToolError('missing argument "expression" (a string such as "2 * (3 + 4)")')
-        if not isinstance(expression, str):
-            raise ToolError(f'"expression" must be a string, got {type(expression).__name__}')
+        expression = string_argument(parameters, "expression", 'a string such as "2 * (3 + 4)"')
         return ToolResponse(format_number(evaluate(expression))), 0.0, {}

@@ -45,7 +45,7 @@ import time
 import weakref
 from typing import Any
 
-from verl.tools.base import BaseTool, OpenAIFunctionToolSchema, ToolError, ToolResponse
+from verl.tools.base import BaseTool, OpenAIFunctionToolSchema, ToolError, ToolResponse, string_argument
 
 PYTHON_SCHEMA: dict[str, Any] = {
     "type": "function",
@@ -316,11 +316,7 @@ class PythonTool(BaseTool):
     async def execute(
         self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
     ) -> tuple[ToolResponse, float, dict[str, Any]]:
-        code = parameters.get("code") if isinstance(parameters, dict) else None
-        if code is None:
-            raise ToolError('missing argument "code" (the Python source to run)')
-        if not isinstance(code, str):
-            raise ToolError(f'"code" must be a string, got {type(code).__name__}')
+        code = string_argument(parameters, "code", "the Python source to run")
         loop = asyncio.get_running_loop()
         semaphore = self._semaphores.setdefault(loop, asyncio.Semaphore(self.max_concurrency))
         async with semaphore:
