@@ -247,6 +247,53 @@ def test_batch_api_through_the_server_equals_the_direct_call(engine, model):
         assert torch.equal(served.batch[key], direct.batch[key]), key
 
 
+def test_agent_loop_turns_on_vllm_continue_the_exact_ids(engine, model):
+    """An agent loop on vLLM: each turn is a request with its own budget, and the second turn continues the
+    exact ids (prompt, first turn, inserted tokens) as a direct generate from them does."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from verl.agent_loop import AgentLoopBase, AgentLoopContext, AgentLoopOutput
+
+    class Interrupted(AgentLoopBase):
+        async def run(self, sampling, prompt_ids, **row):
+            out = AgentLoopOutput(prompt_ids=list(prompt_ids))
+            out.append_sampled(await self.generate(prompt_ids, sampling, 3))
+            out.append_inserted([7, 8, 9])
+            out.append_sampled(await self.generate(list(prompt_ids) + out.response_ids, sampling, 5))
+            return out
+
+    engine.sync_weights(model, 0)
+    server = RolloutServer(engine, max_num_seqs=256)
+    greedy = SamplingParams(do_sample=False, max_new_tokens=0, ignore_eos=True)
+    prompts = [list(range(3, 3 + n)) for n in (4, 9, 6)]
+    try:
+
+        async def submit(ids, sampling):
+            return await server.generate(TokenRequest(f"r{id(ids)}-{len(ids)}", ids, sampling, 0))
+
+        context = AgentLoopContext(submit, None, [model.config.eos_token_id], 16, SimpleNamespace())
+        loop = Interrupted(context)
+
+        async def run_all():
+            return await asyncio.gather(*(loop.run(greedy, p) for p in prompts))
+
+        outputs = asyncio.run(run_all())
+    finally:
+        server.close()
+    for prompt, out in zip(prompts, outputs, strict=True):
+        assert out.response_mask == [1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1]
+        first, second = out.response_ids[:3], out.response_ids[6:]
+        assert out.response_ids[3:6] == [7, 8, 9]
+        direct = engine.generate_sequences(
+            left_padded_batch([prompt + first + [7, 8, 9]], PAD),
+            SamplingParams(False, max_new_tokens=5, ignore_eos=True),
+            weights_version=0,
+        )
+        assert direct.batch["responses"][0].tolist() == second
+        assert len(out.response_logprobs) == 11 and out.response_logprobs[3:6] == [0.0, 0.0, 0.0]
+
+
 @pytest.mark.parametrize(
     ("mode", "strategy", "lora_rank"), [("sync", "dp", 0), ("async", "fsdp2", 0), ("sync", "fsdp2", 8)]
 )

@@ -220,10 +220,16 @@ def prepare_inputs(config: TrainerConfig, log: Callable[[str], None] = print) ->
         _check_fits(config, plan.init_model.path, also="or raise prepare.tiny_model.max_position_embeddings")
     if plan.sft_model is not None:
         train_files = as_file_list(resolved.data.train_files)
+        if plan.data is not None and (plan.data.path / SFT_FILE).is_file():
+            train_files = [str(plan.data.path / SFT_FILE)]  # the task's own demonstrations
         plan.sft_model.build(lambda out: _warm_start(config, plan.init_model.path, train_files, out), log)
     _check_set(resolved)
     return resolved
 
+
+SFT_FILE = "sft.parquet"
+"""a task that writes this beside train.parquet gives the warm start its own demonstrations, so that RL trains on
+prompts the warm start never saw (otherwise the warm start fine-tunes on the training file)"""
 
 LENGTHS = "data.max_prompt_length + data.max_response_length"
 

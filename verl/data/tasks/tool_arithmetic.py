@@ -1,8 +1,10 @@
 """``prepare.task=tool_arithmetic``: sums of two 4-digit numbers, which a tiny model cannot add in its head but
 can with a calculator tool (the ``arithmetic_tools`` recipe).
 
-Each row is an RL prompt (``1234+5678=``, ground truth ``6912``) with a ``messages`` column holding an SFT
-demonstration (verl's multi-turn SFT layout). The first ``tool_demos`` training rows demonstrate the tool:
+Three files: ``sft.parquet``, the warm start's demonstrations (a ``messages`` column, verl's multi-turn SFT
+layout), ``train.parquet``, the RL prompts (``1234+5678=``, ground truth ``6912``), and ``test.parquet``; no
+unordered pair is in two of them (``a+b`` and ``b+a`` fall in the same one). The first ``tool_demos``
+demonstrations call the tool:
 
     user: 1234+5678=
     assistant: <tool_call>
@@ -11,10 +13,9 @@ demonstration (verl's multi-turn SFT layout). The first ``tool_demos`` training 
     tool: 6912
     assistant: 6912
 
-and every other row answers at once (``assistant: 6912``): the habit of a model that answers from memory. A
-warm start on the first ``tool_demos + direct_demos`` rows therefore calls the tool now and then and guesses
-otherwise; RL rewards the right answer, which only the tool gives. Train and test pairs are disjoint
-(unordered pairs, so ``a+b`` and ``b+a`` fall on the same side).
+and the others answer at once (``assistant: 6912``): the habit of a model that answers from memory. A warm
+start on them calls the tool now and then and guesses otherwise; RL rewards the right answer, which only the
+tool gives.
 """
 
 from __future__ import annotations
@@ -57,35 +58,48 @@ def _row(a: int, b: int, split: str, index: int, demo: str) -> dict[str, Any]:
 def make_tool_arithmetic_rows(
     train_size: int = 2000,
     test_size: int = 200,
-    tool_demos: int = 32,
+    sft_size: int = 512,
+    tool_demos: int = 256,
     low: int = 1000,
     high: int = 9999,
     seed: int = 0,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """``train_size`` / ``test_size`` sums of operands in ``[low, high]``, no unordered pair in both; the first
-    ``tool_demos`` training rows demonstrate the tool, the rest answer directly."""
+) -> dict[str, list[dict[str, Any]]]:
+    """``{"sft", "train", "test"}`` rows: sums of operands in ``[low, high]``, no unordered pair in two splits;
+    the first ``tool_demos`` of the ``sft_size`` demonstrations call the tool, the rest answer directly."""
     if not 0 <= low <= high:
         raise ValueError(f"need 0 <= low <= high, got low={low}, high={high}")
-    if (high - low + 1) ** 2 < 2 * (train_size + test_size):
-        raise ValueError(f"[{low}, {high}] has too few pairs for {train_size} + {test_size} distinct sums")
+    if not 0 <= tool_demos <= sft_size:
+        raise ValueError(
+            f"need 0 <= tool_demos <= sft_size, got tool_demos={tool_demos}, sft_size={sft_size}"
+        )
+    total = sft_size + train_size + test_size
+    if (high - low + 1) ** 2 < 2 * total:
+        raise ValueError(f"[{low}, {high}] has too few pairs for {total} distinct sums")
     rng = random.Random(f"tool-arithmetic:{seed}")
     seen: set[tuple[int, int]] = set()
     pairs = []
-    while len(pairs) < train_size + test_size:
+    while len(pairs) < total:
         a, b = rng.randint(low, high), rng.randint(low, high)
         if (min(a, b), max(a, b)) not in seen:
             seen.add((min(a, b), max(a, b)))
             pairs.append((a, b))
-    train = [
-        _row(a, b, "train", i, "tool" if i < tool_demos else "direct")
-        for i, (a, b) in enumerate(pairs[:train_size])
-    ]
-    test = [_row(a, b, "test", i, "tool") for i, (a, b) in enumerate(pairs[train_size:])]
-    return train, test
+    sft, train, test = (
+        pairs[:sft_size],
+        pairs[sft_size : sft_size + train_size],
+        pairs[sft_size + train_size :],
+    )
+    return {
+        "sft": [_row(a, b, "sft", i, "tool" if i < tool_demos else "direct") for i, (a, b) in enumerate(sft)],
+        "train": [_row(a, b, "train", i, "tool") for i, (a, b) in enumerate(train)],
+        "test": [_row(a, b, "test", i, "tool") for i, (a, b) in enumerate(test)],
+    }
 
 
 def write_tool_arithmetic_dataset(out_dir: str | Path, **kwargs: Any) -> tuple[Path, Path]:
-    """Write ``train.parquet`` and ``test.parquet`` under ``out_dir``; kwargs go to `make_tool_arithmetic_rows`."""
+    """Write ``sft.parquet``, ``train.parquet`` and ``test.parquet`` under ``out_dir`` (kwargs go to
+    `make_tool_arithmetic_rows`); returns the train and test paths (the warm start finds sft.parquet beside
+    them)."""
     out = Path(out_dir).expanduser()
-    train_rows, test_rows = make_tool_arithmetic_rows(**kwargs)
-    return write_rows(out / "train.parquet", train_rows), write_rows(out / "test.parquet", test_rows)
+    rows = make_tool_arithmetic_rows(**kwargs)
+    write_rows(out / "sft.parquet", rows["sft"])
+    return write_rows(out / "train.parquet", rows["train"]), write_rows(out / "test.parquet", rows["test"])
