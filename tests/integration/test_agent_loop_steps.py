@@ -110,3 +110,30 @@ def test_single_turn_loop_is_the_batch_path(tiny_model_dir, arithmetic_files, tm
     )
     assert set(looped.non_tensor_batch["__num_turns__"]) == {2}
     assert isinstance(looped, DataProto)
+
+
+def test_prompts_show_the_model_its_tools(tiny_model_dir, arithmetic_files, tmp_path):
+    """With a tool config, the dataset renders prompts with the tools' schemas (``tools=``), as the chat template
+    lays them out."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    template = (
+        "{% if tools %}{{ '<|im_start|>system\\nTools: ' }}{% for t in tools %}{{ t['function']['name'] + ' ' }}"
+        "{% endfor %}{{ '<|im_end|>\\n' }}{% endif %}{% for m in messages %}"
+        "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    )
+    (model / "chat_template.jinja").write_text(template)
+    tools = [
+        "actor_rollout_ref.rollout.multi_turn.enable=true",
+        "actor_rollout_ref.rollout.multi_turn.tool_config_path=calculator",
+        "data.max_prompt_length=64",
+        "data.max_response_length=16",
+    ]
+    trainer = RLTrainer(
+        small_config(model, arithmetic_files, tmp_path / "run", *tools), reward_fn=parity_reward
+    )
+    prompt = trainer.tokenizer.decode(trainer.train_dataset.prompt_ids[0])
+    assert prompt.startswith("<|im_start|>system\nTools: calculator <|im_end|>\n<|im_start|>user\n")

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import re
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
@@ -20,7 +22,13 @@ from verl.agent_loop.chat import ChatRenderer
 from verl.agent_loop.tool_agent import ToolAgentLoop, truncate
 from verl.agent_loop.tool_parser import parse_hermes
 from verl.tools.base import BaseTool, OpenAIFunctionToolSchema, ToolError, ToolResponse
-from verl.workers.rollout.base import SamplingParams, TokenResponse
+from verl.workers.rollout.base import (
+    ROW_BUDGET_KEY,
+    SamplingParams,
+    TokenRequest,
+    TokenResponse,
+    left_padded_batch,
+)
 
 # Qwen2.5's template, cut to what a tool conversation uses: tools listed in the system turn, tool results
 # grouped into one user turn of <tool_response> blocks, every turn closed by <|im_end|> and a newline.
@@ -339,7 +347,7 @@ def test_runner_lays_out_the_batch_and_scorers_see_the_rollout(tmp_path) -> None
     from verl.protocol import DataProto
     from verl.workers.reward.manager import NaiveRewardManager
     from verl.workers.reward.scorers import default_compute_score
-    from verl.workers.rollout.base import TokenRequest, left_padded_batch
+    from verl.workers.rollout.base import left_padded_batch
 
     tok = build_tiny_tokenizer(corpus=tool_call_corpus())
     stop = tok.convert_tokens_to_ids(IM_END)
@@ -444,3 +452,114 @@ def test_malicious_python_calls_become_tool_errors_and_the_trajectory_goes_on(qw
     assert results[-1].strip() == "42"  # the sandbox still works after them
     assert output.metrics["tool_errors"] == len(attacks) and output.metrics["tool_calls"] == len(attacks) + 1
     assert not outside.exists()
+
+
+# Qwen3 renders an empty think block only in the last assistant message: the earlier turns of a conversation
+# change once more messages follow, so the probe alone is not a prefix of the longer rendering.
+QWEN3_TEMPLATE = QWEN_TEMPLATE.replace(
+    "{% else %}{{ '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{% endif %}",
+    "{% elif message.role == 'assistant' and loop.last %}"
+    "{{ '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' + message.content + '<|im_end|>\\n' }}"
+    "{% else %}{{ '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{% endif %}",
+)
+
+
+def test_a_template_that_rewrites_earlier_turns_still_renders_insertions() -> None:
+    assert QWEN3_TEMPLATE != QWEN_TEMPLATE
+    tok = make_tokenizer(QWEN_SPECIALS, QWEN3_TEMPLATE, "<|im_end|>")
+    renderer = ChatRenderer(tok, [tok.convert_tokens_to_ids("<|im_end|>")])
+    assert renderer.insertion_text([{"role": "tool", "content": "6912"}]) == (
+        "\n<|im_start|>user\n<tool_response>\n6912\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+def test_a_turn_ended_by_another_stop_token_is_not_continued(qwen) -> None:
+    """<|endoftext|> also stops generation (a model's generation_config), but the template ends an assistant turn
+    with <|im_end|>: a tool call ended that way is not continued off-template."""
+    seen: list[list[int]] = []
+    end, other = qwen.convert_tokens_to_ids("<|im_end|>"), qwen.convert_tokens_to_ids("<|endoftext|>")
+
+    async def generate(ids, sampling):
+        seen.append(ids)
+        out = qwen.encode(CALL, add_special_tokens=False) + [other]
+        return TokenResponse("r", out, None, "stop")
+
+    context = AgentLoopContext(generate, qwen, [end, other], 256, multi_turn(), {"calculator": Calculator()})
+    output = asyncio.run(ToolAgentLoop(context).run(SamplingParams(), [1, 2]))
+    assert len(seen) == 1 and output.metrics["tool_calls"] == 0 and output.response_logprobs is None
+
+
+def test_tool_kwargs_with_nulls_and_failing_final_calls(qwen) -> None:
+    """parquet fills absent per-tool keys with None; a tool whose calc_reward raises is counted as an error and
+    every instance is still released."""
+
+    class Failing(Calculator):
+        async def calc_reward(self, instance_id, **kwargs):
+            raise RuntimeError("no reward today")
+
+    failing, fine = Failing(), Calculator()
+    fine.tool_schema = OpenAIFunctionToolSchema("adder")
+    adder_call = CALL.replace('"calculator"', '"adder"')
+    row = {"tools_kwargs": {"calculator": {"create_kwargs": None, "execute_kwargs": None}, "other": None}}
+    output, _, _ = run_loop(
+        qwen,
+        "<|im_end|>",
+        [CALL, adder_call, "done"],
+        [{"role": "user", "content": "q"}],
+        tools={"calculator": failing, "adder": fine},
+        row=row,
+        max_response_length=1024,
+    )
+    assert output.metrics["tool_calls"] == 2 and output.metrics["tool_errors"] == 1
+    assert len(failing.released) == len(fine.released) == 1
+    assert output.extra_fields["tool_rewards"] == pytest.approx(0.5 + 0.5 + 0.25)
+
+
+def test_turns_sent_together_form_one_engine_call_and_rows_stop_at_their_budget(tiny_model_dir) -> None:
+    """64 loops reach their first request one after another: the server still makes one engine call of them.
+    In one call of the fast engine each row stops at its own budget."""
+    from verl.models import load_hf_model
+    from verl.workers.rollout.fast import FastRollout
+    from verl.workers.rollout.server import RolloutServer
+
+    model = load_hf_model(tiny_model_dir)
+    engine = FastRollout(model, [2], 0)
+    sizes = []
+    generate_tokens = engine.generate_tokens
+
+    def counting(requests):
+        sizes.append(len(requests))
+        return generate_tokens(requests)
+
+    engine.generate_tokens = counting
+    server = RolloutServer(engine)
+    greedy = SamplingParams(do_sample=False, ignore_eos=True)
+    try:
+
+        async def one(row: int):
+            budget = 1 + row % 7
+            request = TokenRequest(f"r{row}", [5, 6, 7 + row % 3], replace(greedy, max_new_tokens=budget))
+            return budget, await server.generate(request)
+
+        async def all_rows():
+            return await asyncio.gather(*(one(row) for row in range(64)))
+
+        answers = asyncio.run(all_rows())
+    finally:
+        server.close()
+    assert sizes == [64]
+    for budget, answer in answers:
+        assert len(answer.response_ids) == budget and answer.finish_reason == "length"
+    # greedy: a row cut at its budget is the prefix of the same prompt's longer answers
+    by_prompt = {}
+    for row, (_, answer) in enumerate(answers):
+        by_prompt.setdefault(row % 3, []).append(answer.response_ids)
+    for runs in by_prompt.values():
+        full = max(runs, key=len)
+        assert all(run == full[: len(run)] for run in runs)
+
+    # the engine itself stops each row at its budget (no decoding past it)
+    batch = left_padded_batch([[5, 6, 7]] * 3, 0)
+    batch.batch[ROW_BUDGET_KEY] = torch.tensor([1, 4, 2])
+    out = engine.generate_sequences(batch, replace(greedy, max_new_tokens=4))
+    assert out.batch["response_mask"].sum(-1).tolist() == [1, 4, 2]

@@ -5,12 +5,14 @@ it, then the ids of each inserted message (tool results, user turns), then the n
 History is never re-tokenized (a BPE tokenizer need not give back the sampled ids for their own text, and
 training on ids the model did not sample is off-policy in a way no importance ratio sees).
 
-An insertion is rendered once, as the difference between two renderings of a fixed probe conversation:
-``[user, assistant]`` and ``[user, assistant, *messages]`` with the generation prompt. Only that difference is
-tokenized. The sampled turn ended at its stop token (ChatML's ``<|im_end|>``, Llama 3's ``<|eot_id|>``);
-whatever the template writes after that token before the next message (ChatML's newline) was never sampled,
-so it opens the insertion: dropping it, as verl once did, shifts every later turn off the template the model
-was trained on.
+An insertion is rendered once: the template renders a fixed probe conversation ``[user, assistant]`` followed by
+the new messages (and the next turn's generation prompt), and the insertion is everything after the probe
+reply's end-of-turn token. Only that text is tokenized. (Comparing against the rendering of the probe alone
+would fail for templates that render an assistant turn differently once it is no longer the last, as Qwen3's
+does with its empty think block.) The sampled turn ended at its stop token (ChatML's ``<|im_end|>``, Llama 3's
+``<|eot_id|>``); whatever the template writes after that token before the next message (ChatML's newline) was
+never sampled, so it opens the insertion: dropping it, as verl once did, shifts every later turn off the
+template the model was trained on.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 _USER = "Hello"
-_REPLY = "Hi there"
+_REPLY = "Hi there, probe 7f3a"
 
 
 def _render(tokenizer: Any, messages: list[dict[str, Any]], generation_prompt: bool, tools: Any) -> str:
@@ -53,6 +55,8 @@ class ChatRenderer:
                 "ends it"
             )
         self.end_of_turn = end
+        self.end_of_turn_id = stops[end]
+        """its id: a turn that ends with another stop token is not continued"""
         """the stop token's text that closes an assistant message in the template"""
         self.separator = after[len(end) :]
         """what the template writes after that stop token (ChatML: a newline): never sampled, inserted"""
@@ -61,13 +65,14 @@ class ChatRenderer:
         """The text that follows a sampled turn (ended at its stop token) when ``messages`` come next, up to
         the next assistant turn's header (``generation_prompt``)."""
         full = _render(self.tokenizer, self.probe + list(messages), generation_prompt, self.tools)
-        if not full.startswith(self.base):
+        reply_end = full.find(_REPLY) + len(_REPLY)
+        if reply_end < len(_REPLY) or not full.startswith(self.end_of_turn, reply_end):
             raise ValueError(
-                "the chat template renders the earlier turns differently once more messages follow, so the "
-                "inserted messages cannot be rendered on their own; roles "
-                f"{[m.get('role') for m in messages]}"
+                "the chat template does not end the assistant message with its end-of-turn token "
+                f"{self.end_of_turn!r} once more messages follow (roles {[m.get('role') for m in messages]}), "
+                "so the inserted messages cannot be rendered on their own"
             )
-        return self.separator + full[len(self.base) :]
+        return full[reply_end + len(self.end_of_turn) :]
 
     def insertion_ids(self, messages: list[dict[str, Any]], generation_prompt: bool = True) -> list[int]:
         """The token ids of :meth:`insertion_text`: what the agent loop appends (response_mask 0)."""

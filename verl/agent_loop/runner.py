@@ -30,6 +30,10 @@ METRIC_FIELDS = ("tool_calls", "tool_errors", "tool_latency_s")
 """per-sample numbers a loop reports in ``AgentLoopOutput.metrics``, kept as ``__<name>__`` fields"""
 
 
+EXTRA_FIELD_DEFAULTS: dict[str, Any] = {"tool_rewards": 0.0}
+"""extra fields every agent-loop batch has, and their value for samples whose loop sets none"""
+
+
 def uses_agent_loop(rollout_cfg: Any) -> bool:
     """Whether the config asks for agent loops (multi-turn, another default loop, or user loops)."""
     agent = rollout_cfg.agent
@@ -164,10 +168,12 @@ class AgentLoopRunner:
         log_probs = torch.zeros(rows, width, dtype=torch.float32)
         for row, out in enumerate(outputs):
             n = len(out.response_ids)
-            if n > width or len(out.response_mask) != n:
+            n_log_probs = n if out.response_logprobs is None else len(out.response_logprobs)
+            if n > width or len(out.response_mask) != n or n_log_probs != n:
                 raise RuntimeError(
-                    f"agent loop returned {n} response tokens with {len(out.response_mask)} mask entries; the "
-                    f"response must fit in data.max_response_length={width} and have one mask entry per token"
+                    f"agent loop returned {n} response tokens with {len(out.response_mask)} mask entries and "
+                    f"{n_log_probs} log-probs; the response must fit in data.max_response_length={width} and "
+                    "have one mask entry and one log-prob (or none at all) per token"
                 )
             responses[row, :n] = torch.tensor(out.response_ids, dtype=torch.long)
             response_mask[row, :n] = torch.tensor(out.response_mask, dtype=torch.long)
@@ -191,8 +197,10 @@ class AgentLoopRunner:
         non_tensors = {"__num_turns__": np.array([out.num_turns for out in outputs], dtype=np.int64)}
         for name in METRIC_FIELDS:
             non_tensors[f"__{name}__"] = np.array([float(out.metrics.get(name, 0.0)) for out in outputs])
-        for key in sorted({key for out in outputs for key in out.extra_fields}):
-            non_tensors[key] = np.array([out.extra_fields.get(key) for out in outputs], dtype=object)
+        # every call gives the same fields, whichever loops ran (ranks' batches are concatenated)
+        for key in sorted({key for out in outputs for key in out.extra_fields} | set(EXTRA_FIELD_DEFAULTS)):
+            default = EXTRA_FIELD_DEFAULTS.get(key)
+            non_tensors[key] = np.array([out.extra_fields.get(key, default) for out in outputs], dtype=object)
         return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
 
 

@@ -46,7 +46,8 @@ def tools_kwargs_of(row: dict[str, Any]) -> dict[str, Any]:
     kwargs = row.get("tools_kwargs")
     if kwargs is None and isinstance(row.get("extra_info"), dict):
         kwargs = row["extra_info"].get("tools_kwargs")
-    return dict(kwargs or {})
+    # parquet gives every row the union of the rows' keys, None where a row has none
+    return {name: value for name, value in (kwargs or {}).items() if value is not None}
 
 
 @register_agent_loop("tool_agent")
@@ -79,8 +80,9 @@ class ToolAgentLoop(AgentLoopBase):
                 output.append_sampled(turn)
                 assistant_turns += 1
                 output.num_turns += 1
-                if turn.finish_reason != "stop":
-                    break
+                stopped = turn.finish_reason == "stop" and turn.response_ids
+                if not stopped or turn.response_ids[-1] != self.renderer.end_of_turn_id:
+                    break  # cut by the budget, or ended by a stop token after which the template goes no further
                 parsed = self.parse(self.tokenizer.decode(turn.response_ids, skip_special_tokens=False))
                 if not parsed.has_calls:
                     break
@@ -113,7 +115,9 @@ class ToolAgentLoop(AgentLoopBase):
                 user_turns += 1
                 output.num_turns += 1
         finally:
-            tool_rewards += await self._release(instances, tool_kwargs)
+            final_rewards, failures = await self._release(instances, tool_kwargs)
+            tool_rewards += final_rewards
+            counts["tool_errors"] += failures
         output.metrics.update(counts)
         output.extra_fields["tool_rewards"] = tool_rewards
         return output
@@ -126,15 +130,15 @@ class ToolAgentLoop(AgentLoopBase):
         if tool is None:
             names = ", ".join(sorted(self.context.tools)) or "none"
             return f"Error: there is no tool named {call.name!r} (tools: {names})", 0.0, 1, 0.0
-        kwargs = tool_kwargs.get(call.name, {})
+        kwargs = tool_kwargs.get(call.name) or {}
         start = time.perf_counter()
         try:
             if call.name not in instances:
-                instances[call.name], _ = await tool.create(**kwargs.get("create_kwargs", {}))
+                instances[call.name], _ = await tool.create(**(kwargs.get("create_kwargs") or {}))
             response, reward, _ = await tool.execute(
-                instances[call.name], call.arguments, **kwargs.get("execute_kwargs", {})
+                instances[call.name], call.arguments, **(kwargs.get("execute_kwargs") or {})
             )
-            return response.text, float(reward), 0, time.perf_counter() - start
+            return str(response.text), float(reward), 0, time.perf_counter() - start
         except ToolError as error:
             return f"Error: {error}", 0.0, 1, time.perf_counter() - start
         except Exception as error:  # a tool's bug must not fail the sample: the model sees it as an error
@@ -143,13 +147,19 @@ class ToolAgentLoop(AgentLoopBase):
             )
             return f"Error: {type(error).__name__}: {error}", 0.0, 1, time.perf_counter() - start
 
-    async def _release(self, instances: dict[str, str], tool_kwargs: dict[str, Any]) -> float:
-        """``calc_reward`` then ``release`` every instance this trajectory created; the rewards' sum."""
-        total = 0.0
+    async def _release(self, instances: dict[str, str], tool_kwargs: dict[str, Any]) -> tuple[float, int]:
+        """``calc_reward`` then ``release`` every instance this trajectory created: the rewards' sum, and how
+        many of those calls failed (logged and counted as tool errors; every instance is still released)."""
+        total, failures = 0.0, 0
         for name, instance_id in instances.items():
-            tool, kwargs = self.context.tools[name], tool_kwargs.get(name, {})
-            try:
-                total += float(await tool.calc_reward(instance_id, **kwargs.get("calc_reward_kwargs", {})))
-            finally:
-                await tool.release(instance_id, **kwargs.get("release_kwargs", {}))
-        return total
+            tool, kwargs = self.context.tools[name], tool_kwargs.get(name) or {}
+            for method, key in ((tool.calc_reward, "calc_reward_kwargs"), (tool.release, "release_kwargs")):
+                try:
+                    result = await method(instance_id, **(kwargs.get(key) or {}))
+                    total += float(result) if key == "calc_reward_kwargs" else 0.0
+                except Exception as error:  # one tool's failure must not leak the others or fail the sample
+                    logger.warning(
+                        "tool %r: %s raised %s: %s", name, method.__name__, type(error).__name__, error
+                    )
+                    failures += 1
+        return total, failures

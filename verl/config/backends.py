@@ -191,8 +191,15 @@ def _rollout_errors(cfg: DictConfig) -> list[str]:
 def _unread(keys: list[RolloutKey], rollout: DictConfig) -> list[str]:
     engine = rollout.name
 
+    # agent loops always go through the server, as rollout.mode=async does
+    served = (
+        rollout.mode == "async"
+        or rollout.multi_turn.enable
+        or rollout.agent.default_agent_loop != "single_turn_agent"
+    )
+
     def readers(key: RolloutKey) -> tuple[str, ...]:
-        return BUILT_ROLLOUTS if key.read_in_async and rollout.mode == "async" else key.read_by
+        return BUILT_ROLLOUTS if key.read_in_async and served else key.read_by
 
     return [
         f"{ROLLOUT}.{key.name}={as_written(rollout[key.name])} has no effect with rollout.name={engine} "

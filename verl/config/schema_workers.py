@@ -275,9 +275,6 @@ class AgentLoopConfig:
     agent_loop_config_path"""
     agent_loop_config_path: Optional[str] = None
     """YAML list of user loops, [{name, _target_: module.Class or file.py:Class}] (AgentLoopBase subclasses)"""
-    num_workers: int = 8
-    """verl's count of agent-loop worker processes; here every sample's loop runs as a coroutine of its rollout
-    worker, so this is accepted and unused"""
 
 
 @dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Iterable
 from difflib import get_close_matches
 from numbers import Real
@@ -299,6 +300,20 @@ def _rollout_ref_errors(errors: list[str], arr: Any) -> None:
         _at_least(errors, f"{name}.log_prob_max_token_len_per_gpu", section.log_prob_max_token_len_per_gpu, 1)
 
 
+def _agent_loop_names(path: Any) -> set[str]:
+    """The built-in agent loops, those registered so far (importing verl.agent_loop here would import every
+    rollout engine) and the names listed in ``agent_loop_config_path`` (read, not imported)."""
+    base = sys.modules.get("verl.agent_loop.base")
+    names = {"single_turn_agent", "tool_agent", *(base.AGENT_LOOPS if base is not None else ())}
+    if path is not None:
+        try:
+            entries = OmegaConf.to_container(OmegaConf.load(str(path)))
+        except Exception:  # a malformed file is reported with its entry when the loops are built
+            entries = []
+        names |= {str(e["name"]) for e in entries or [] if isinstance(e, dict) and e.get("name")}
+    return names
+
+
 def _multi_turn_errors(errors: list[str], rollout: Any, prefix: str) -> None:
     multi_turn, key = rollout.multi_turn, f"{prefix}.multi_turn"
     _at_least(errors, f"{key}.max_assistant_turns", multi_turn.max_assistant_turns, 1)
@@ -317,9 +332,25 @@ def _multi_turn_errors(errors: list[str], rollout: Any, prefix: str) -> None:
             f"{key}.tool_config_path: no such file {multi_turn.tool_config_path} (nor a tool config shipped with "
             f"verl: {', '.join(sorted(p.stem for p in TOOLS_DIR.glob('*.yaml')))})"
         )
+    if (
+        multi_turn.enable
+        and multi_turn.tool_config_path is None
+        and rollout.agent.default_agent_loop
+        in (
+            "single_turn_agent",
+            "tool_agent",
+        )
+    ):
+        errors.append(
+            f"{key}.enable=true runs the tool agent loop, and {key}.tool_config_path names no tools: set it (e.g. "
+            f"calculator), or name a loop of your own in {prefix}.agent.default_agent_loop"
+        )
     path = rollout.agent.agent_loop_config_path
     if path is not None and not os.path.isfile(str(path)):
         errors.append(f"{prefix}.agent.agent_loop_config_path: no such file {path}")
+    elif rollout.agent.default_agent_loop not in _agent_loop_names(path):
+        names = _agent_loop_names(path)
+        _choice(errors, f"{prefix}.agent.default_agent_loop", rollout.agent.default_agent_loop, sorted(names))
     if (multi_turn.enable or path or rollout.agent.default_agent_loop != "single_turn_agent") and (
         rollout.tensor_model_parallel_size > 1
     ):

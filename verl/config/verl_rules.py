@@ -376,6 +376,10 @@ PPO_RULES: tuple[Rule, ...] = (
         "history is never re-tokenized here (token-in / token-out), so there is nothing to check",
     ),
     _no(
+        "actor_rollout_ref.rollout.agent.num_workers",
+        "verl's agent-loop worker processes: here every sample's loop is a coroutine of its rollout worker",
+    ),
+    _no(
         "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts",
         "samples per prompt are actor_rollout_ref.rollout.n",
     ),

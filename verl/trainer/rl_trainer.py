@@ -115,6 +115,12 @@ class RLTrainer:
             # extra chat-template arguments, e.g. enable_thinking=False (verl's data.apply_chat_template_kwargs)
             chat_template_kwargs=dict(data.apply_chat_template_kwargs),
         )
+        tools = cfg.actor_rollout_ref.rollout.multi_turn.tool_config_path
+        if tools and "tools" not in dataset_kwargs["chat_template_kwargs"]:
+            # The prompt shows the model its tools, as the chat template lays them out (verl's tool agent loop)
+            from verl.tools.config import load_tools, tool_schemas
+
+            dataset_kwargs["chat_template_kwargs"]["tools"] = tool_schemas(load_tools(tools))
         if builtin_reward:
             # The built-in reward managers read these; a missing one is a bad row, found at load time.
             dataset_kwargs["required_fields"] = (data.reward_fn_key, "reward_model.ground_truth")

@@ -74,6 +74,11 @@ class SamplingParams:
         )
 
 
+ROW_BUDGET_KEY = "max_new_tokens"
+"""optional ``[rows]`` tensor in a prompt batch: each row's own max_new_tokens (at most the sampling's); the fast
+engine stops each row at it, the others are cut to it afterwards (`tokens_through_batch`)"""
+
+
 class StaleWeightsError(RuntimeError):
     """A generate asked for weights of one policy version while the engine holds another."""
 
@@ -241,6 +246,9 @@ def tokens_through_batch(
         longest = max(requests[i].sampling.max_new_tokens for i in indices)
         sampling = dataclasses.replace(like, max_new_tokens=longest)
         batch = left_padded_batch([requests[i].prompt_ids for i in indices], pad_token_id, device)
+        budgets = [requests[i].sampling.max_new_tokens for i in indices]
+        if min(budgets) < longest:
+            batch.batch[ROW_BUDGET_KEY] = torch.tensor(budgets, device=batch.batch["input_ids"].device)
         output = generate_sequences(batch, sampling)
         lengths = output.batch["response_mask"].sum(dim=1).tolist()
         log_probs = output.batch.get("rollout_log_probs")

@@ -37,6 +37,7 @@ import torch
 from verl.models.kv_cache import leading_padding_columns
 from verl.protocol import DataProto
 from verl.workers.rollout.base import (
+    ROW_BUDGET_KEY,
     RolloutEngine,
     SamplingParams,
     assemble_rollout_output,
@@ -162,6 +163,7 @@ class FastRollout(RolloutEngine):
             sampling.stop_tokens(self.eos_token_ids),
             self.pad_token_id,
             sampling.max_new_tokens,
+            prompts.batch.get(ROW_BUDGET_KEY),
         )
         output.batch["rollout_log_probs"] = log_probs * output.batch["response_mask"]
         return output
@@ -182,11 +184,14 @@ class FastRollout(RolloutEngine):
         logits = decoder.prefill(input_ids, attention_mask, max_new)
         rows = torch.arange(batch, device=input_ids.device)  # the output row of each active row
         finished = torch.zeros_like(rows, dtype=torch.bool)
+        budgets = prompts.batch.get(ROW_BUDGET_KEY)  # each row's own max_new_tokens (an agent loop's turns)
         for t in range(max_new):
             tokens, token_log_probs = sample_next(logits, sampling)
             responses[rows, t] = tokens
             log_probs[rows, t] = token_log_probs
             finished |= torch.isin(tokens, eos)
+            if budgets is not None:
+                finished |= budgets[rows] <= t + 1
             n_finished = int(finished.sum())
             if t == max_new - 1 or n_finished == len(rows):
                 break

@@ -32,6 +32,9 @@ from verl.workers.rollout.base import (
     requests_from_batch,
 )
 
+BATCH_WINDOW_S = 0.005
+"""how long the server waits for another request before it starts an engine call with those waiting"""
+
 
 class _Queue:
     """What the server and its thread share: waiting requests, ids in flight, closed. The thread holds this,
@@ -157,9 +160,17 @@ def _serve(server_ref: weakref.ref, queue: _Queue, settings: tuple[int, int | No
         with queue.lock:
             while not queue.waiting and not queue.closed:
                 queue.wake.wait()
+            limit = _max_batch(server_ref)
+            # Requests sent together can arrive one by one (each agent loop reaches its request in turn): wait
+            # while more keep coming, so that they form one engine call rather than a call for the first alone.
+            while not queue.closed and len(queue.waiting) < limit:
+                before = len(queue.waiting)
+                queue.wake.wait(BATCH_WINDOW_S)
+                if len(queue.waiting) == before:
+                    break
             if queue.closed:
                 return
-            batch = queue.waiting[: _max_batch(server_ref)]
+            batch = queue.waiting[:limit]
             del queue.waiting[: len(batch)]
         server = server_ref()
         if server is None:  # collected: its finalizer closes the queue
