@@ -30,9 +30,11 @@ def _headline(metrics: dict) -> dict[str, float]:
     return acc or {k: v for k, v in core.items() if "/reward/" in k}
 
 
-def _headline_line(key: str, before: float | None, after: float | None) -> str:
+def _headline_line(key: str, before: float | None, after: float | None, trained: bool = True) -> str:
     as_percent = "/acc/" in key
     fmt = (lambda v: f"{v:.1%}") if as_percent else (lambda v: f"{v:.4g}")
+    if not trained:  # trainer.val_only: one evaluation, no RL to be before or after
+        return f"held-out {key}: {fmt(before) if before is not None else 'n/a'} (trainer.val_only: no training)"
     line = f"held-out {key}: " + (f"before RL {fmt(before)}" if before is not None else "before RL n/a")
     line += f" -> after RL {fmt(after)}" if after is not None else ""
     if as_percent and after is not None and before is not None:
@@ -165,7 +167,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if os.path.isfile(summary["metrics_path"]):  # only with trainer.logger jsonl
         print(f"\nmetrics: {summary['metrics_path']}")
     for key in sorted(set(before) | set(after)):
-        print(_headline_line(key, before.get(key), after.get(key)))
+        print(_headline_line(key, before.get(key), after.get(key), trained=not config.trainer.val_only))
     if summary.get("trace_path"):
         print(f"trace: {summary['trace_path']}")
     print(f"wall time: {time.perf_counter() - start:.0f}s")
