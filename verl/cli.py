@@ -34,7 +34,9 @@ def _headline_line(key: str, before: float | None, after: float | None, trained:
     as_percent = "/acc/" in key
     fmt = (lambda v: f"{v:.1%}") if as_percent else (lambda v: f"{v:.4g}")
     if not trained:  # trainer.val_only: one evaluation, no RL to be before or after
-        return f"held-out {key}: {fmt(before) if before is not None else 'n/a'} (trainer.val_only: no training)"
+        return (
+            f"held-out {key}: {fmt(before) if before is not None else 'n/a'} (trainer.val_only: no training)"
+        )
     line = f"held-out {key}: " + (f"before RL {fmt(before)}" if before is not None else "before RL n/a")
     line += f" -> after RL {fmt(after)}" if after is not None else ""
     if as_percent and after is not None and before is not None:

@@ -91,7 +91,9 @@ def test_headline_says_before_and_after_rl_or_that_nothing_was_trained() -> None
     from verl.cli import _headline_line
 
     key = "val-core/t/acc/mean@1"
-    assert _headline_line(key, 0.39, 0.82) == f"held-out {key}: before RL 39.0% -> after RL 82.0% (+43.0 points)"
+    assert (
+        _headline_line(key, 0.39, 0.82) == f"held-out {key}: before RL 39.0% -> after RL 82.0% (+43.0 points)"
+    )
     assert _headline_line(key, 0.005, None, trained=False) == (
         f"held-out {key}: 0.5% (trainer.val_only: no training)"
     )
