@@ -195,20 +195,18 @@ def test_gae_skips_the_inserted_tokens() -> None:
             _fill(rewards.tolist(), masked_value),
             _fill(values.tolist(), -3.0),
         )
-        hole = gae(
-            token_level_rewards=torch.cat([r_hole, second]),
-            values=torch.cat([v_hole, second]),
-            response_mask=torch.cat([HOLE, torch.ones(1, 10)]),
-            gamma=0.9,
-            lam=0.8,
-        )
-        plain = gae(
-            token_level_rewards=torch.cat([r_plain, second]),
-            values=torch.cat([v_plain, second]),
-            response_mask=torch.cat([NO_HOLE, torch.ones(1, 10)]),
-            gamma=0.9,
-            lam=0.8,
-        )
+
+        def with_second_row(r: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> tuple:
+            return gae(
+                token_level_rewards=torch.cat([r, second]),
+                values=torch.cat([v, second]),
+                response_mask=torch.cat([mask, torch.ones(1, 10)]),
+                gamma=0.9,
+                lam=0.8,
+            )
+
+        hole = with_second_row(r_hole, v_hole, HOLE)
+        plain = with_second_row(r_plain, v_plain, NO_HOLE)
         for with_hole, without in zip(hole, plain, strict=True):
             torch.testing.assert_close(with_hole[0, SAMPLED], without[0, :5], atol=1e-6, rtol=1e-6)
             torch.testing.assert_close(with_hole[1], without[1], atol=1e-6, rtol=1e-6)
