@@ -6,8 +6,10 @@ progress bar's ``val_acc`` / ``val_reward``.
 
 from __future__ import annotations
 
+import io
 import pickle
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -235,7 +237,13 @@ def test_progress_bar_shows_acc_or_reward() -> None:
     assert validation_postfix({"critic/score/mean": 1.0}) == {}
 
 
-def test_tracking_postfix(tmp_path: Path) -> None:
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_tracking_postfix(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(sys, "stderr", _Terminal())  # a progress bar only on a terminal
     tracker = Tracking(["console"], tmp_path, total_steps=2)
     try:
         tracker.log({"critic/score/mean": 0.5, "val-core/x/reward/mean@1": 0.75}, step=1)

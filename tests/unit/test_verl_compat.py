@@ -382,7 +382,10 @@ def test_interpolations_in_verl_keys_are_verl_deriving_them_and_are_not_recorded
 
 def test_a_wandb_directory_is_not_wandb(tmp_path, monkeypatch) -> None:
     """wandb writes ./wandb/; found on sys.path it is a namespace package, not the tracker."""
-    (tmp_path / "wandb").mkdir()
+    from verl.utils import trackers
+
+    monkeypatch.setitem(trackers.PACKAGES, "wandb", "wandb_absent")  # as if wandb were not installed
+    (tmp_path / "wandb_absent").mkdir()
     monkeypatch.syspath_prepend(str(tmp_path))
     cfg = ppo("trainer.logger=[console,wandb]")
     assert list(cfg.trainer.logger) == ["console", "jsonl"]

@@ -285,7 +285,19 @@ class TrainerSection:
     default_local_dir: str = "outputs/${trainer.project_name}/${trainer.experiment_name}"
     """output directory for checkpoints and logs"""
     logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])
-    """metric sinks: console | jsonl | tensorboard | wandb"""
+    """metric sinks: console (a progress bar on a terminal, a line every 30 s elsewhere) | jsonl (or verl's
+    name, file: metrics.jsonl) | tensorboard | wandb (offline without credentials) | mlflow (a SQLite store
+    in the run directory unless MLFLOW_TRACKING_URI is set); see docs/tracking.md"""
+    log_val_generations: int = 0
+    """log this many validation samples (the same ones each time) as a table to the trackers that show
+    tables (tensorboard text, wandb Table, mlflow artifact)"""
+    validation_data_dir: Optional[str] = None
+    """where each validation's generations go, as <step>.jsonl (input, output, gts, score, step); None = the
+    run directory's validation/ (read by verl report)"""
+    report: bool = True
+    """write the run's HTML report (report.html, as `verl report`) when `verl run` ends (not in verl)"""
+    rollout_data_dir: Optional[str] = None
+    """where each training step's rollouts go, as <step>.jsonl in the same layout; None = not written"""
     seed: int = 1
     """global random seed"""
     val_before_train: bool = True

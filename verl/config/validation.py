@@ -24,9 +24,10 @@ from verl.config.reward_fns import term_config_problems
 from verl.config.schema import TrainerConfig
 from verl.config.sizes import TOKEN_BUDGET_KEYS, derive_sizes, token_budgets
 from verl.tools.config import TOOLS_DIR, tool_config_file
+from verl.utils.trackers import BUILT as BUILT_TRACKERS
 
 ON_EXISTING_RUN = ("refuse", "move_aside")
-LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
+LOGGERS = BUILT_TRACKERS
 TRUNCATION_MODES = ("error", "left", "right")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 LR_SCHEDULERS = ("constant", "cosine")
@@ -161,6 +162,8 @@ def _trainer_loop_errors(errors: list[str], trainer: Any) -> None:
     _at_least(errors, "trainer.total_epochs", trainer.total_epochs, 1)
     _seed(errors, "trainer.seed", trainer.seed)
     _at_least(errors, "trainer.torch_threads", trainer.torch_threads, 1, null="torch's default")
+    if "log_val_generations" in trainer:  # RL only
+        _at_least(errors, "trainer.log_val_generations", trainer.log_val_generations, 0)
     for name in trainer.logger:
         _choice(errors, "each of trainer.logger", name, LOGGERS)
     _choice(errors, "trainer.on_existing_run", trainer.on_existing_run, ON_EXISTING_RUN)

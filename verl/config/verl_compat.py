@@ -35,6 +35,8 @@ from omegaconf import OmegaConf
 
 from verl.config.errors import ConfigError, as_written
 from verl.config.verl_rules import FREE_FORM, HYDRA_GROUPS, PPO_RULES, SFT_RULES, Rule
+from verl.utils.trackers import NOT_BUILT as TRACKERS_NOT_BUILT
+from verl.utils.trackers import PACKAGES as TRACKER_PACKAGES
 
 KEYS_DIR = Path(__file__).resolve().parent / "verl_keys"
 
@@ -330,12 +332,9 @@ def fit_to_machine(cfg: Any) -> dict[str, Any]:
     return mapped
 
 
-TRACKER_PACKAGES = {"wandb": "wandb", "tensorboard": "tensorboard"}
-"""trainer.logger entries that need a package this repository does not depend on"""
-
-
 def _fit_loggers(cfg: Any, remap: Any) -> None:
-    """verl's scripts log to wandb; where its package is missing the metrics go to metrics.jsonl instead."""
+    """verl's scripts log to wandb; where its package is missing, or the tracker is one not built here
+    (swanlab, trackio, clearml, ...), the metrics go to metrics.jsonl instead."""
     import importlib.util
 
     def installed(name: str) -> bool:
@@ -344,7 +343,11 @@ def _fit_loggers(cfg: Any, remap: Any) -> None:
         return spec is not None and spec.origin is not None
 
     loggers = list(cfg.trainer.logger)
-    missing = [name for name in loggers if name in TRACKER_PACKAGES and not installed(TRACKER_PACKAGES[name])]
+    missing = [
+        name
+        for name in loggers
+        if name in TRACKERS_NOT_BUILT or (name in TRACKER_PACKAGES and not installed(TRACKER_PACKAGES[name]))
+    ]
     if missing:
         kept = [name for name in loggers if name not in missing]
         remap("trainer.logger", kept + ([] if "jsonl" in kept else ["jsonl"]))
@@ -392,10 +395,11 @@ def _mapped_notice(cfg: Any, key: str, asked: Any) -> str | None:
         )
     if key == "trainer.logger":
         missing = [name for name in asked if name not in used]
-        return (
-            f"{key}={as_written(list(asked))}: {', '.join(missing)} is not installed here (pip install "
-            f"{' '.join(TRACKER_PACKAGES[m] for m in missing)}); logging to {', '.join(used)} instead"
-        )
+        why = [
+            f"{m} is not built here" if m in TRACKERS_NOT_BUILT else f"{m} is not installed (pip install {m})"
+            for m in missing
+        ]
+        return f"{key}={as_written(list(asked))}: {'; '.join(why)}; logging to {', '.join(used)} instead"
     if key == "reward_model.num_workers":
         return f"{key}={asked} with trainer.backend=local: rewards are scored in this process"
     if key == "actor_rollout_ref.rollout.tensor_model_parallel_size":

@@ -449,9 +449,6 @@ PPO_RULES: tuple[Rule, ...] = (
     _no("skip.*", "rollout replay settings (skip.*.enable=false)"),
     _no("ray_kwargs*", RAY),
     _no("ray_init.*", RAY),
-    _no("trainer.log_val_generations", LOGGING + " (reward_model.num_examine prints samples per batch)"),
-    _no("trainer.rollout_data_dir", LOGGING),
-    _no("trainer.validation_data_dir", LOGGING),
     _no("trainer.esi_redundant_time", "a margin before a cloud job's expiry, for verl's checkpointing"),
     _no(
         "trainer.del_local_ckpt_after_load", "checkpoints here are never deleted except by max_*_ckpt_to_keep"

@@ -38,6 +38,7 @@ from typing import Any
 from verl.single_controller.base import WorkerGroup
 from verl.single_controller.channels import DataChannel, StepError, StepOutputs, _Node
 from verl.single_controller.errors import WorkerError
+from verl.single_controller.flow_log import DataFlowLog
 
 __all__ = ["Controller", "DataChannel", "Role", "StepError", "StepOutputs"]
 
@@ -103,6 +104,7 @@ class Controller:
         self._last_dag_nodes: list[_Node] = []
         self.recorder = None
         self._dag = None
+        self._flow_log = DataFlowLog()
         if trace:
             from verl.single_controller.trace import TraceRecorder
 
@@ -270,6 +272,8 @@ class Controller:
                 self.recorder.mark(node.trace, "running")
             node.started = time.perf_counter()
             result = self._call(node, kwargs)
+            if self._flow_log.wanted(f"{node.label} [{node.name}]"):
+                self._log_data_flow(node, kwargs, result)
             self._fill_outputs(node, result)
             if self.recorder is not None:
                 self.recorder.mark(node.trace, "done")
@@ -364,6 +368,22 @@ class Controller:
             node.finished.wait(timeout)
 
     # ------------------------------------------------------------------ trace
+
+    def _log_data_flow(self, node: _Node, kwargs: dict[str, Any], result: Any) -> None:
+        sources = {
+            name: f"{value.producer.label} [{value.producer.name}]"
+            if isinstance(value, DataChannel) and value.producer
+            else "driver"
+            for name, value in node.inputs.items()
+        }
+        where = self._where(node.role) if node.role != DRIVER else "driver"
+        where = (
+            "the driver's process (inputs passed by reference)"
+            if where == "driver"
+            else f"{where} (inputs pickled across processes)"
+        )
+        label = f"{node.label} [{node.name}]"
+        self._flow_log.log(label, kwargs, sources, where, result, time.perf_counter() - node.started)
 
     def _where(self, role: str) -> str:
         group = self.groups.get(role)

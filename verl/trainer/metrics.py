@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import resource
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -55,6 +57,23 @@ def compute_throughput_metrics(batch: DataProto, step_seconds: float, n_devices:
         "perf/time_per_step": step_seconds,
         "perf/throughput": total_tokens / (step_seconds * n_devices),
     }
+
+
+def memory_metrics() -> dict[str, float]:
+    """The driver process's memory (with ``trainer.backend=local`` that is every role's): resident now
+    (``perf/cpu_memory_used_gb``) and at its peak (``perf/max_rss_gb``); on a GPU also torch's peak
+    allocated and reserved memory (verl's ``perf/max_memory_allocated_gb`` / ``_reserved_gb``)."""
+    gib = 1024**3
+    metrics = {"perf/max_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / gib}
+    try:
+        with open("/proc/self/statm") as f:
+            metrics["perf/cpu_memory_used_gb"] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / gib
+    except OSError:  # not Linux: the peak is what there is
+        pass
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        metrics["perf/max_memory_allocated_gb"] = torch.cuda.max_memory_allocated() / gib
+        metrics["perf/max_memory_reserved_gb"] = torch.cuda.max_memory_reserved() / gib
+    return metrics
 
 
 def reduce_metrics(metrics: dict[str, list[float]]) -> dict[str, float]:

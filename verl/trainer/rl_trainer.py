@@ -18,9 +18,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 
 from verl.agent_loop.metrics import agent_metrics
-from verl.config import ConfigError, TrainerConfig, derive_sizes
+from verl.config import ConfigError, TrainerConfig, derive_sizes, to_yaml
 from verl.config.reward_fns import parse_reward_fns
 from verl.data import EpochSampler, RLDataset, collate_rl, iterate_batches
 from verl.models import tokenizer_for
@@ -28,10 +29,21 @@ from verl.protocol import DataProto
 from verl.single_controller.flow import Controller, DataChannel, Role
 from verl.trainer.checkpointing import Checkpointer, drop_metrics_after
 from verl.trainer.controllers import load_controller_class, load_step_function
+from verl.trainer.generations import (
+    TABLE_COLUMNS,
+    VALIDATION_DIR,
+    check_dump_dir,
+    decode_samples,
+    dump_generations,
+    generation_records,
+    ground_truths,
+    table_rows,
+)
 from verl.trainer.metrics import (
     compute_data_metrics,
     compute_throughput_metrics,
     compute_validation_metrics,
+    memory_metrics,
     reward_extra_metrics,
 )
 from verl.trainer.plan import StepPlan
@@ -39,7 +51,7 @@ from verl.trainer.prepare import check_inputs
 from verl.trainer.run_dir import RunDirectory, RunPlan
 from verl.trainer.seed_api import apply_seed_arguments
 from verl.trainer.step import StepFn
-from verl.utils.checkpoint import rng_state, set_rng_state
+from verl.utils.checkpoint import atomic_write_bytes, rng_state, set_rng_state
 from verl.utils.seeding import configure_torch_threads, set_seed
 from verl.utils.timing import marked_timer
 from verl.utils.tracking import Tracking
@@ -195,8 +207,19 @@ class RLTrainer:
         metrics["reward/errors"] = float(np.sum(errors)) if errors is not None else 0.0
         reward_keys = batch.meta_info.get("reward_extra_keys", ())
         metrics.update(reward_extra_metrics(batch.non_tensor_batch, reward_keys))
+        metrics.update(memory_metrics())
         metrics["training/global_step"] = step
+        if self.config.trainer.rollout_data_dir:
+            self._dump_rollouts(batch, step)
         return metrics
+
+    def _dump_rollouts(self, batch: DataProto, step: int) -> None:
+        """``trainer.rollout_data_dir``: this step's samples as ``<step>.jsonl`` (verl's layout)."""
+        inputs, responses = decode_samples(batch, self.tokenizer)
+        scores = batch.batch["token_level_scores"].sum(-1).tolist()
+        extra = {key: batch.non_tensor_batch[key] for key in batch.meta_info.get("reward_extra_keys", ())}
+        records = generation_records(step, inputs, responses, ground_truths(batch), scores, extra)
+        dump_generations(self.config.trainer.rollout_data_dir, step, records)
 
     # ------------------------------------------------------------------ the loop
 
@@ -222,13 +245,20 @@ class RLTrainer:
             set_aside = drop_metrics_after(
                 Path(cfg.default_local_dir).expanduser() / "metrics.jsonl", start_step
             )
+        check_dump_dir("trainer.validation_data_dir", cfg.validation_data_dir, resuming=bool(start_step))
+        check_dump_dir("trainer.rollout_data_dir", cfg.rollout_data_dir, resuming=bool(start_step))
+        run_root = Path(cfg.default_local_dir).expanduser()
+        atomic_write_bytes(run_root / "config.yaml", to_yaml(self.config).encode())  # for verl report
         tracking = Tracking(
             list(cfg.logger),
             cfg.default_local_dir,
             self.total_training_steps,
             cfg.project_name,
             cfg.experiment_name,
+            config=OmegaConf.to_container(self.config, resolve=True),
+            initial_step=start_step,
         )
+        self.tracking = tracking
         tracking.write(self.sizes.describe())
         groups = ", ".join(f"{name} x{group.world_size}" for name, group in self.controller.groups.items())
         tracking.write(f"backend {cfg.backend}: {groups}")
@@ -245,19 +275,20 @@ class RLTrainer:
             if set_aside is not None:
                 tracking.write(f"  metrics logged after that checkpoint moved to {set_aside}")
         try:
-            if cfg.val_only:  # the policy as it stands (after start_step when resumed); no training
-                if self.val_dataset is None:
-                    raise ConfigError("trainer.val_only=true needs data.val_files")
-                summary["val_before"] = self.validate()
-                tracking.log(summary["val_before"], step=start_step)
-                return summary
-            if cfg.val_before_train and self.val_dataset is not None and not start_step:
-                summary["val_before"] = self.validate()
-                tracking.log(summary["val_before"], step=0)
-            summary.update(self._train_loop(tracking, start_step))
-            self.checkpointer.wait()
+            with tracking:  # every tracker flushed and closed, also on an exception, SIGTERM or Ctrl-C
+                if cfg.val_only:  # the policy as it stands (after start_step when resumed); no training
+                    if self.val_dataset is None:
+                        raise ConfigError("trainer.val_only=true needs data.val_files")
+                    summary["val_before"] = self.validate(step=start_step)
+                    tracking.log(summary["val_before"], step=start_step)
+                    return summary
+                if cfg.val_before_train and self.val_dataset is not None and not start_step:
+                    summary["val_before"] = self.validate(step=0)
+                    tracking.log(summary["val_before"], step=0)
+                summary.update(self._train_loop(tracking, start_step))
+                self.checkpointer.wait()
         finally:
-            tracking.close()
+            self.tracking = None
             if self.controller.recorder is not None:
                 summary["trace_path"] = self.controller.write_trace(
                     self.trace_path(), title=f"verl trace: {cfg.experiment_name}"
@@ -279,7 +310,7 @@ class RLTrainer:
                 (cfg.test_freq > 0 and step % cfg.test_freq == 0) or is_last
             ):
                 with marked_timer("testing", timing := {}):
-                    val_metrics = self.validate()
+                    val_metrics = self.validate(step=step)
                 metrics.update(val_metrics)
                 metrics["timing_s/testing"] = timing["testing"]
             if cfg.save_freq > 0 and (step % cfg.save_freq == 0 or is_last):
@@ -341,8 +372,11 @@ class RLTrainer:
     # ------------------------------------------------------------------ validation
 
     @torch.no_grad()
-    def validate(self) -> dict[str, float]:
-        """Greedy (``rollout.val_kwargs``) generation on the whole validation set, scored by the reward."""
+    def validate(self, step: int | None = None) -> dict[str, float]:
+        """Greedy (``rollout.val_kwargs``) generation on the whole validation set, scored by the reward.
+        With ``step``, the generations are also written to ``trainer.validation_data_dir`` (default: the
+        run directory's ``validation/<step>.jsonl``) and ``trainer.log_val_generations`` of them go to the
+        trackers as a table."""
         flow = self.controller
         val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
         batch_size = self.config.data.val_batch_size or len(self.val_dataset)
@@ -360,13 +394,33 @@ class RLTrainer:
                 outputs.append(
                     (batch, flow.call("reward", "compute_score", data=batch, validate=True, name="reward"))
                 )
+        inputs, responses, gts = [], [], []
         for batch, scores in outputs:
             result = scores.get()
             val_scores += result.batch["token_level_scores"].sum(-1).tolist()
             sources += list(batch.get().non_tensor_batch[self.config.data.reward_fn_key])
             for key, values in result.non_tensor_batch.items():
                 extra.setdefault(key, []).extend(values)
+            if step is not None:
+                prompts_text, responses_text = decode_samples(batch.get(), self.tokenizer)
+                inputs += prompts_text
+                responses += responses_text
+                gts += ground_truths(batch.get())
+        if step is not None:
+            records = generation_records(
+                step, inputs, responses, gts, val_scores, {"data_source": sources, **extra}
+            )
+            self._log_generations(records, step)
         return compute_validation_metrics(sources, val_scores, extra, n=val_kwargs.n)
+
+    def _log_generations(self, records: list[dict[str, Any]], step: int) -> None:
+        cfg = self.config.trainer
+        directory = cfg.validation_data_dir or Path(cfg.default_local_dir).expanduser() / VALIDATION_DIR
+        dump_generations(directory, step, records)
+        tracking = getattr(self, "tracking", None)
+        if cfg.log_val_generations > 0 and tracking is not None:
+            rows = table_rows(records, cfg.log_val_generations)
+            tracking.log_table("val/generations", TABLE_COLUMNS, rows, step)
 
 
 def _value(item: Any) -> Any:

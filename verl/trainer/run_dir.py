@@ -51,10 +51,11 @@ logger = logging.getLogger(__name__)
 LOCK_FILE = ".verl-run.lock"
 RUN_FILE = "run.json"
 """The run id, when and where the run started; written when a run starts in an empty directory."""
-RUN_FILES = ("metrics.jsonl", LATEST, "tensorboard")
+RUN_FILES = ("metrics.jsonl", LATEST, "tensorboard", "validation", "wandb", "mlflow.db", "mlflow-artifacts")
 """What a run leaves in its directory besides its checkpoints that is worth refusing a new run over
-(``run.json`` and ``trace.html`` alone are not: without these, there is nothing of the run to lose)."""
-MOVED_ALONG = (RUN_FILE, "trace.html")
+(``run.json``, ``config.yaml``, ``trace.html`` and ``report.html`` alone are not: without these, there
+is nothing of the run to lose)."""
+MOVED_ALONG = (RUN_FILE, "trace.html", "config.yaml", "report.html")
 
 
 @dataclass

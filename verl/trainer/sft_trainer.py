@@ -137,20 +137,21 @@ def _train(config: Any, out_dir: Path) -> None:
     )
     model.train()
     start = time.perf_counter()
-    for step in range(1, total_steps + 1):
-        batch = next(batches)
-        loss = sft_loss(model, batch)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip)
-        optimizer.step()
-        lr = scheduler.get_last_lr()[0]
-        scheduler.step()
-        tracking.log({"train/loss": loss.item(), "train/grad_norm": grad_norm.item(), "train/lr": lr}, step)
-    tracking.write(
-        f"SFT: {total_steps} steps in {time.perf_counter() - start:.0f}s, final loss {loss.item():.4f}"
-    )
-    tracking.close()
+    with tracking:  # flushed and closed however the loop ends
+        for step in range(1, total_steps + 1):
+            batch = next(batches)
+            loss = sft_loss(model, batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip)
+            optimizer.step()
+            lr = scheduler.get_last_lr()[0]
+            scheduler.step()
+            metrics = {"train/loss": loss.item(), "train/grad_norm": grad_norm.item(), "train/lr": lr}
+            tracking.log(metrics, step)
+        tracking.write(
+            f"SFT: {total_steps} steps in {time.perf_counter() - start:.0f}s, final loss {loss.item():.4f}"
+        )
     # A plain transformers model (LoRA adapters merged into the weights): RL starts from it without peft.
     merged_copy(model).save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)

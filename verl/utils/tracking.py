@@ -1,14 +1,16 @@
-"""Where metrics go: the console (a progress bar), a JSONL file, and optionally TensorBoard / W&B."""
+"""Where metrics go: the console (a progress bar, or periodic lines off a terminal) and the sinks of
+:mod:`verl.utils.trackers` (a JSONL file, TensorBoard, W&B, MLflow)."""
 
 from __future__ import annotations
 
-import json
-import math
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
+
+from verl.utils.trackers import BUILT, JsonlTracker, MlflowTracker, TensorboardTracker, WandbTracker
 
 # The handful of numbers shown on the progress bar; everything goes to the other sinks.
 CONSOLE_KEYS = {
@@ -34,14 +36,50 @@ def validation_postfix(metrics: dict[str, float]) -> dict[str, float]:
     return {}
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    return value
+class ProgressLines:
+    """The console sink off a terminal (CI, ``nohup``, Ray logs): a carriage-return progress bar would
+    write thousands of updates into one line there, so it prints one summary line at the first step, then
+    at most every ``interval_s`` seconds, at every validation and at the last step."""
+
+    def __init__(self, total: int, initial: int, desc: str, interval_s: float = 30.0) -> None:
+        self.total, self.n, self.desc, self.interval_s = total, initial, desc, interval_s
+        self.start_step, self.start = initial, time.monotonic()
+        self.last_print: float | None = None
+
+    def update(self, step: int, numbers: dict[str, float], validated: bool) -> None:
+        self.n = step
+        now = time.monotonic()
+        due = self.last_print is None or now - self.last_print >= self.interval_s
+        if not (due or validated or step >= self.total):
+            return
+        self.last_print = now
+        shown = "".join(f" {label}={value:.3g}" for label, value in numbers.items())
+        rate = ""
+        if step > self.start_step:  # not for the validation before the first step
+            per_step = (now - self.start) / (step - self.start_step)
+            rate = f" [{per_step:.2f} s/step, eta {_duration(per_step * max(0, self.total - step))}]"
+        percent = 100 * step / max(1, self.total)
+        print(f"{self.desc} step {step}/{self.total} ({percent:.0f}%){shown}{rate}", file=sys.stderr, flush=True)
+
+    def write(self, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 class Tracking:
-    """Fan metrics out to the configured loggers: ``console``, ``jsonl``, ``tensorboard``, ``wandb``."""
+    """Fan metrics out to the configured loggers (``trainer.logger``): ``console`` (a progress bar on a
+    terminal, periodic lines elsewhere), ``jsonl`` / ``file`` (``metrics.jsonl``), ``tensorboard``,
+    ``wandb`` and ``mlflow`` (:mod:`verl.utils.trackers`). Use it as a context manager, or call
+    :meth:`close` in a ``finally``: every sink is flushed and closed once, however the run ends."""
 
     def __init__(
         self,
@@ -54,52 +92,66 @@ class Tracking:
         initial_step: int = 0,
         desc: str = "train",
     ) -> None:
-        unknown = set(loggers) - {"console", "jsonl", "tensorboard", "wandb"}
+        unknown = set(loggers) - set(BUILT)
         if unknown:
-            raise ValueError(
-                f"unknown trainer.logger {sorted(unknown)}; choose console, jsonl, tensorboard, wandb"
-            )
+            raise ValueError(f"unknown trainer.logger {sorted(unknown)}; choose {', '.join(BUILT)}")
         self.output_dir = Path(output_dir).expanduser()
-        self.progress = None
-        self.jsonl = None
-        self.tensorboard = None
-        self.wandb = None
-        if "console" in loggers:
-            self.progress = tqdm(
-                total=total_steps, initial=initial_step, desc=desc, file=sys.stderr, dynamic_ncols=True
-            )
-        if "jsonl" in loggers:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
-            self.jsonl = open(self.output_dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
-        if "tensorboard" in loggers:
-            from torch.utils.tensorboard import SummaryWriter
+        self.progress: tqdm | ProgressLines | None = None
+        self.sinks: dict[str, Any] = {}
+        self.closed = False
+        try:
+            if "console" in loggers:
+                if sys.stderr.isatty():
+                    self.progress = tqdm(
+                        total=total_steps, initial=initial_step, desc=desc, file=sys.stderr, dynamic_ncols=True
+                    )
+                else:
+                    self.progress = ProgressLines(total_steps, initial_step, desc)
+            if "jsonl" in loggers or "file" in loggers:
+                self.sinks["jsonl"] = JsonlTracker(self.output_dir)
+            if "tensorboard" in loggers:
+                self.sinks["tensorboard"] = TensorboardTracker(self.output_dir)
+            if "wandb" in loggers:
+                self.sinks["wandb"] = WandbTracker(self.output_dir, project_name, experiment_name, config)
+                if self.sinks["wandb"].mode == "offline":
+                    self.write(
+                        f"wandb: no credentials (WANDB_API_KEY) and no WANDB_MODE, so logging offline to "
+                        f"{self.sinks['wandb'].dir}; `wandb sync` uploads it"
+                    )
+            if "mlflow" in loggers:
+                self.sinks["mlflow"] = MlflowTracker(self.output_dir, project_name, experiment_name, config)
+        except BaseException:
+            self.close(failed=True)  # the sinks opened before the one that failed
+            raise
 
-            self.tensorboard = SummaryWriter(str(self.output_dir / "tensorboard"))
-        if "wandb" in loggers:
-            import wandb
+    def __enter__(self) -> Tracking:
+        return self
 
-            self.wandb = wandb.init(project=project_name, name=experiment_name, config=config)
+    def __exit__(self, kind: type | None, value: BaseException | None, tb: object) -> None:
+        self.close(failed=kind is not None)
 
     @property
     def metrics_path(self) -> Path:
         return self.output_dir / "metrics.jsonl"
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        if self.jsonl is not None:
-            record = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
-            self.jsonl.write(json.dumps(record) + "\n")
-            self.jsonl.flush()
-        if self.tensorboard is not None:
-            for key, value in metrics.items():
-                self.tensorboard.add_scalar(key, value, step)
-        if self.wandb is not None:
-            self.wandb.log(metrics, step=step)
+        for sink in self.sinks.values():
+            sink.log(metrics, step)
         if self.progress is not None:
             numbers = {label: metrics[key] for key, label in CONSOLE_KEYS.items() if key in metrics}
-            numbers.update(validation_postfix(metrics))
-            shown = {label: f"{value:.3g}" for label, value in numbers.items()}
-            self.progress.set_postfix(shown, refresh=False)
-            self.progress.update(max(0, step - self.progress.n))
+            validation = validation_postfix(metrics)
+            numbers.update(validation)
+            if isinstance(self.progress, ProgressLines):
+                self.progress.update(step, numbers, validated=bool(validation))
+            else:
+                shown = {label: f"{value:.3g}" for label, value in numbers.items()}
+                self.progress.set_postfix(shown, refresh=False)
+                self.progress.update(max(0, step - self.progress.n))
+
+    def log_table(self, name: str, columns: list[str], rows: list[list[Any]], step: int) -> None:
+        """A table (the validation generations) to every sink that shows tables."""
+        for sink in self.sinks.values():
+            sink.log_table(name, columns, rows, step)
 
     def write(self, message: str) -> None:
         """Print a line without breaking the progress bar."""
@@ -108,12 +160,18 @@ class Tracking:
         else:
             print(message, file=sys.stderr)
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
+        """Flush and close every sink, once; one that fails to close does not keep the others open."""
+        if self.closed:
+            return
+        self.closed = True
         if self.progress is not None:
             self.progress.close()
-        if self.jsonl is not None:
-            self.jsonl.close()
-        if self.tensorboard is not None:
-            self.tensorboard.close()
-        if self.wandb is not None:
-            self.wandb.finish()
+        errors = []
+        for name, sink in self.sinks.items():
+            try:
+                sink.close(failed)
+            except Exception as e:  # noqa: BLE001 - the other sinks still close; reported below
+                errors.append(f"{name}: {e}")
+        if errors:
+            print(f"could not close trackers: {'; '.join(errors)}", file=sys.stderr)

@@ -1,0 +1,77 @@
+"""``logging.INFO`` shows the data flow of a step once: which role sends what to whom, sizes, devices.
+
+Seed 001's debugging tip is ``logging.basicConfig(level=logging.INFO)``. Each distinct step of the DAG
+(``actor_rollout.generate_sequences [gen]``, ``reward.compute_score [reward]``, ...) is logged the first
+time it runs, with where its inputs come from, their shapes, dtypes, devices and bytes, where it runs
+(in the driver's process, or which Ray worker processes the inputs cross into) and what it returned.
+Later runs of the same step are not logged again, so a long run's log stays readable.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from verl.single_controller.trace import estimate_nbytes
+
+logger = logging.getLogger("verl.dataflow")
+
+
+def human_bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _tensor(value: Any) -> str:
+    dtype = str(value.dtype).removeprefix("torch.")
+    shape = "x".join(str(d) for d in value.shape)
+    device = getattr(value, "device", None)
+    where = f" on {device}" if device is not None else ""
+    return f"{dtype}[{shape}]{where}"
+
+
+def describe_value(value: Any) -> str:
+    """A short description: a DataProto's rows and columns, a tensor's dtype, shape and device, bytes."""
+    if hasattr(value, "batch") and hasattr(value, "non_tensor_batch"):
+        columns = [f"{k} {_tensor(v)}" for k, v in value.batch.items()]
+        columns += [f"{k} object[{len(v)}]" for k, v in value.non_tensor_batch.items()]
+        return f"DataProto({len(value)} rows: {', '.join(columns)}; {human_bytes(estimate_nbytes(value))})"
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return f"{_tensor(value)} ({human_bytes(estimate_nbytes(value))})"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {describe_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return f"{type(value).__name__} of {len(value)} ({human_bytes(estimate_nbytes(value))})"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class DataFlowLog:
+    """Logs each distinct step of the DAG once, at INFO, when that logger is enabled."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def wanted(self, label: str) -> bool:
+        return logger.isEnabledFor(logging.INFO) and label not in self.seen
+
+    def log(
+        self,
+        label: str,
+        inputs: Mapping[str, Any],
+        sources: Mapping[str, str],
+        where: str,
+        result: Any,
+        s: float,
+    ) -> None:
+        """``sources``: for each input, the step it comes from (or "driver" for a value the driver gave)."""
+        self.seen.add(label)
+        lines = [f"data flow: {label} runs in {where} ({s:.3f} s)"]
+        for name, value in inputs.items():
+            lines.append(f"  <- {name} from {sources.get(name, 'driver')}: {describe_value(value)}")
+        lines.append(f"  -> {describe_value(result)}")
+        logger.info("\n".join(lines))
