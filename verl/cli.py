@@ -20,6 +20,12 @@ def _quiet_libraries() -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    # The data flow of a step (verl.dataflow, logged once per step kind) is for debugging: shown with
+    # VERL_LOGGING_LEVEL=INFO (verl's variable), or logging.INFO in a Python program of one's own.
+    level = os.environ.get("VERL_LOGGING_LEVEL", "WARNING").upper()
+    logging.getLogger("verl.dataflow").setLevel(
+        level if isinstance(logging.getLevelName(level), int) else "WARNING"
+    )
 
 
 def _headline(metrics: dict) -> dict[str, float]:
@@ -172,11 +178,25 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(_headline_line(key, before.get(key), after.get(key), trained=not config.trainer.val_only))
     if summary.get("trace_path"):
         print(f"trace: {summary['trace_path']}")
+    if config.trainer.report and os.path.isfile(summary["metrics_path"]):
+        _write_report(os.path.dirname(summary["metrics_path"]))
     print(f"wall time: {time.perf_counter() - start:.0f}s")
     if args.summary_json:
         with open(args.summary_json, "w") as f:
             json.dump({k: v for k, v in summary.items() if k != "last_metrics"}, f, indent=2)
     return 0
+
+
+def _write_report(run_dir: str) -> None:
+    """The run's HTML report (``verl report``); a report that cannot be drawn does not fail a finished run."""
+    try:
+        from verl.report import build_report
+
+        print(f"report: {build_report(run_dir)}")
+    except Exception as e:  # noqa: BLE001 - the run itself succeeded; say why there is no report
+        print(
+            f"report: not written ({type(e).__name__}: {e}); `verl report {run_dir}` retries", file=sys.stderr
+        )
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
@@ -404,6 +424,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_debug(bench)
     bench.set_defaults(func=cmd_bench)
+
+    from verl.doctor.cli import add_parser as add_doctor
+    from verl.report.cli import add_parser as add_report
+
+    _add_debug(add_report(sub))
+    add_doctor(sub)
     return parser
 
 

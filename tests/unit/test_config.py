@@ -203,6 +203,23 @@ def cfg_overrides(cfg) -> list[str]:
     ]
 
 
+def test_gradient_accumulation_counts_each_workers_share() -> None:
+    # ppo_micro_batch_size_per_gpu is per worker: 32 mini-batch samples over 2 workers are 16 each, 8 per pass
+    cfg = load_config(
+        overrides=[
+            "data.train_batch_size=32",
+            f"{ARR}.rollout.n=4",
+            f"{ARR}.actor.ppo_mini_batch_size=8",
+            f"{ARR}.actor.ppo_micro_batch_size_per_gpu=8",
+            "trainer.n_gpus_per_node=2",
+            "trainer.backend=ray",
+        ]
+    )
+    sizes = derive_sizes(cfg)
+    assert (sizes.dp_size, sizes.grad_accum_steps) == (2, 2)
+    assert "2 gradient-accumulation steps per mini-batch on each worker" in sizes.describe()
+
+
 def test_derive_sizes_with_micro_batches_and_epochs() -> None:
     cfg = load_config(
         overrides=[

@@ -23,7 +23,9 @@ class DerivedSizes:
     micro_batch_samples: int
     """samples per forward/backward pass: ppo_micro_batch_size_per_gpu, or the whole mini-batch"""
     grad_accum_steps: int
-    """micro-batches per optimizer step: mini_batch_samples // micro_batch_samples"""
+    """micro-batches per optimizer step on each data-parallel worker: its share of the mini-batch
+    (mini_batch_samples // dp_size) over micro_batch_samples, rounded up (ppo_micro_batch_size_per_gpu is per
+    worker, as in verl)"""
     optimizer_steps_per_rl_step: int
     """ppo_epochs * train_batch_size // ppo_mini_batch_size"""
     critic_mini_batch_samples: int = 0
@@ -67,7 +69,8 @@ class DerivedSizes:
                     f"  micro-batch:                 up to {self.actor_max_tokens} tokens (use_dynamic_bsz)"
                     if self.actor_max_tokens
                     else f"  micro-batch:                 {self.micro_batch_samples} samples"
-                    f" ({plural(self.grad_accum_steps, 'gradient-accumulation step')} per mini-batch)"
+                    f" ({plural(self.grad_accum_steps, 'gradient-accumulation step')} per mini-batch"
+                    + (" on each worker)" if self.dp_size > 1 else ")")
                 ),
                 f"  optimizer steps per RL step: {self.optimizer_steps_per_rl_step}"
                 f" ({plural(epochs, 'epoch')} x {plural(mini_batches, 'mini-batch', 'es')})",
@@ -136,7 +139,7 @@ def derive_sizes(cfg: DictConfig) -> DerivedSizes:
         samples_per_step=prompts * n,
         mini_batch_samples=mini,
         micro_batch_samples=micro,
-        grad_accum_steps=mini // micro,
+        grad_accum_steps=-(-(mini // dp) // min(micro, mini // dp)),  # each rank's share of the mini-batch
         optimizer_steps_per_rl_step=int(actor.ppo_epochs) * prompts // mini_prompts,
         critic_mini_batch_samples=critic_mini,
         critic_micro_batch_samples=critic_micro,

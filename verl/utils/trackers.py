@@ -140,7 +140,9 @@ class MlflowTracker:
 
         self.mlflow = mlflow
         output_dir.mkdir(parents=True, exist_ok=True)
-        self.uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(output_dir / 'mlflow.db').resolve()}"
+        self.uri = (
+            os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(output_dir / 'mlflow.db').resolve()}"
+        )
         self.client = mlflow.MlflowClient(self.uri)
         found = self.client.get_experiment_by_name(project)
         if found is not None:

@@ -59,7 +59,9 @@ class ProgressLines:
             per_step = (now - self.start) / (step - self.start_step)
             rate = f" [{per_step:.2f} s/step, eta {_duration(per_step * max(0, self.total - step))}]"
         percent = 100 * step / max(1, self.total)
-        print(f"{self.desc} step {step}/{self.total} ({percent:.0f}%){shown}{rate}", file=sys.stderr, flush=True)
+        print(
+            f"{self.desc} step {step}/{self.total} ({percent:.0f}%){shown}{rate}", file=sys.stderr, flush=True
+        )
 
     def write(self, message: str) -> None:
         print(message, file=sys.stderr, flush=True)
@@ -103,7 +105,11 @@ class Tracking:
             if "console" in loggers:
                 if sys.stderr.isatty():
                     self.progress = tqdm(
-                        total=total_steps, initial=initial_step, desc=desc, file=sys.stderr, dynamic_ncols=True
+                        total=total_steps,
+                        initial=initial_step,
+                        desc=desc,
+                        file=sys.stderr,
+                        dynamic_ncols=True,
                     )
                 else:
                     self.progress = ProgressLines(total_steps, initial_step, desc)

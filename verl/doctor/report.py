@@ -1,0 +1,436 @@
+"""``verl doctor``'s diagnosis of one config on this machine (rendered by :mod:`verl.doctor.render`).
+
+:func:`diagnose` loads the config exactly as ``verl run`` does (``load_config`` with the recipe
+``default_recipe`` chooses), derives its sizes and step plan as the trainer does, checks its inputs with
+``check_inputs``, and adds the environment, the machine, the explained batch arithmetic and the memory estimate.
+Every reason the run would fail becomes one line of :attr:`Report.failures`; the exit code is 1 when there is
+any.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl.doctor.batches import BatchReport, explain_batches, validation_rows
+from verl.doctor.environment import (
+    ABSENT,
+    CLASH,
+    MISSING,
+    TOO_OLD,
+    UNTESTED,
+    InstalledMetadata,
+    Machine,
+    Metadata,
+    PackageRow,
+    disk_free,
+    find_clashes,
+    package_rows,
+    read_machine,
+)
+from verl.doctor.matrix import BREAKS_TRANSFORMERS
+from verl.doctor.memory import (
+    ACCURACY,
+    PHASE_NAMES,
+    Estimate,
+    Models,
+    ModelShape,
+    checkpoint_bytes,
+    count_model,
+    dtype_bytes,
+    estimate_memory,
+    fmt_bytes,
+    fmt_count,
+    lora_parameters,
+    lora_settings,
+    phase_knobs,
+    state_knobs,
+)
+from verl.doctor.models import ModelSource, checkpoint_dtype_bytes, model_at, policy_model
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Peak memory on one device against what it has."""
+
+    device: str
+    """gpu (per GPU) or cpu (the node's memory)"""
+    need: int
+    phase: str
+    have: int | None
+    """None: no such device here"""
+
+    @property
+    def fits(self) -> bool:
+        return self.have is not None and self.need <= self.have
+
+    @property
+    def tight(self) -> bool:
+        """Fits, but within the estimate's error margin."""
+        return self.fits and self.have is not None and self.need * (1 + ACCURACY) > self.have
+
+
+@dataclass
+class Report:
+    """Everything ``verl doctor`` found, for one config."""
+
+    recipe: list[str] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+    packages: list[PackageRow] = field(default_factory=list)
+    machine: Machine | None = None
+    device: str = "cpu"
+    """where training computes: cpu or cuda (trainer.device, auto resolved here)"""
+    device_setting: str = "cpu"
+    """trainer.device as set"""
+    disks: list[tuple[str, str, int]] = field(default_factory=list)
+    """(what, where, free bytes)"""
+    batches: BatchReport | None = None
+    models: list[str] = field(default_factory=list)
+    """one line per model counted"""
+    estimate: Estimate | None = None
+    estimate_unavailable: str = ""
+    checkpoint: int | None = None
+    """bytes of one checkpoint"""
+    planned: bool = False
+    """the GPUs are assumed (``--gpu-memory``): the CPU memory of this machine is not the one to compare with"""
+    verdicts: list[Verdict] = field(default_factory=list)
+    knobs: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failures else 0
+
+
+# --------------------------------------------------------------------------------------------------------------
+# diagnosis
+# --------------------------------------------------------------------------------------------------------------
+
+
+def load_run_config(source: str | None, overrides: list[str]) -> tuple[Any, list[str]]:
+    """The config ``verl run`` would train with, and its recipe lines (raises ConfigError as ``verl run`` does)."""
+    from verl.cli import recipe_lines
+    from verl.config import TrainerConfig, load_config
+    from verl.config.loader import default_recipe
+
+    config = load_config(source or default_recipe(TrainerConfig, overrides)[0], overrides)
+    return config, recipe_lines(source, overrides, config)
+
+
+def needed_packages(config: Any, gguf: bool) -> dict[str, str]:
+    """The optional packages (support-matrix names) this config needs, with the setting that needs each."""
+    from verl.models.lora import lora_enabled
+
+    needs = {}
+    if config.trainer.backend == "ray":
+        needs["ray"] = "trainer.backend=ray"
+    if lora_enabled(config.actor_rollout_ref.model):
+        needs["peft"] = "LoRA (actor_rollout_ref.model.lora_rank / lora_adapter_path)"
+    name = config.actor_rollout_ref.rollout.name
+    if name in ("vllm", "sglang"):
+        needs[name] = f"actor_rollout_ref.rollout.name={name}"
+    if gguf:
+        needs["gguf"] = needs["accelerate"] = "a .gguf model path"
+    return needs
+
+
+def environment_failures(rows: list[PackageRow], needs: dict[str, str]) -> list[str]:
+    """One line per package problem that makes this config fail."""
+    out = []
+    for row in rows:
+        needed_by = needs.get(row.key)
+        needed = row.feature is None or needed_by is not None
+        if row.key in BREAKS_TRANSFORMERS and row.status == CLASH:
+            out.append(f"environment: {row.clashes[0].describe()}")
+        elif needed and row.status == ABSENT:
+            out.append(
+                f"environment: {needed_by} needs {row.name}, which is not installed: pip install {row.name}"
+            )
+        elif needed and row.status in (MISSING, TOO_OLD, CLASH):
+            detail = "; ".join(c.describe() for c in row.clashes) if row.clashes else row.advice
+            why = f" ({needed_by})" if needed_by else ""
+            out.append(
+                f"environment: {row.name} {row.installed or ''} is {row.status}{why}: {detail}".replace(
+                    "  ", " "
+                )
+            )
+    return out
+
+
+def _training_device(config: Any, machine: Machine) -> str:
+    asked = config.trainer.device
+    if asked == "auto":
+        return "cuda" if machine.gpus else "cpu"
+    return str(asked)
+
+
+def _count(source: ModelSource, kind: str) -> tuple[ModelShape | None, str]:
+    if source.hf_config is None:
+        return None, source.source
+    try:
+        return count_model(source.hf_config, source.source, kind), ""
+    except Exception as error:  # an architecture transformers cannot build from its config
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        return None, f"{source.source}: cannot build the model on the meta device ({first[:160]})"
+
+
+def _describe_shape(role: str, shape: ModelShape, extra: str = "") -> str:
+    arch = type(shape.hf_config).__name__.removesuffix("Config") if shape.hf_config is not None else "model"
+    return (
+        f"{role}: {fmt_count(shape.params)} parameters ({arch}: {shape.layers} layers, hidden {shape.hidden}, "
+        f"intermediate {shape.intermediate}, {shape.heads} heads / {shape.kv_heads} kv heads of {shape.head_dim}, "
+        f"vocab {shape.vocab}){extra}; from {shape.source}"
+    )
+
+
+def diagnose(
+    source: str | None,
+    overrides: list[str],
+    meta: Metadata | None = None,
+    machine: Machine | None = None,
+    gpu_memory: float | None = None,
+) -> Report:
+    """The whole diagnosis of ``verl run [--config source] overrides`` on this machine (``meta`` and
+    ``machine`` replace what is read from it). ``gpu_memory`` (GiB): plan for a machine with as many GPUs of
+    that size as the config asks, instead of this one's (its CPU memory is then not compared). Raises
+    ConfigError for a config ``verl run`` would refuse."""
+    from verl.config.loader import with_updates
+    from verl.config.sizes import derive_sizes
+    from verl.config.verl_compat import notices
+    from verl.errors import InputError, UserError
+    from verl.trainer.plan import StepPlan
+    from verl.trainer.prepare import check_inputs, plan_inputs
+    from verl.workers.rollout import get_rollout_class
+
+    report = Report()
+    config, report.recipe = load_run_config(source, overrides)
+    report.notices = notices(config)
+    sizes = derive_sizes(config)
+    plan = StepPlan.from_config(config, sizes, int(config.trainer.total_training_steps or 1))
+
+    meta = meta or InstalledMetadata()
+    report.packages = package_rows(meta, clashes=find_clashes(meta))
+    report.machine = machine = machine or read_machine()
+    if gpu_memory is not None:
+        report.machine = machine = assumed_gpus(machine, config, gpu_memory)
+        report.planned = True
+    report.device = _training_device(config, machine)
+    report.device_setting = str(config.trainer.device)
+
+    try:
+        check_inputs(config)
+    except InputError as error:
+        report.failures.append(f"input: {error}")
+    try:
+        prepare_plan = plan_inputs(config)
+        resolved = with_updates(config, prepare_plan.updates())
+    except UserError as error:
+        if getattr(error, "exit_code", 1) == 2:
+            raise
+        report.failures.append(f"input: {error}")
+        prepare_plan, resolved = None, config
+
+    gguf = bool(prepare_plan and prepare_plan.gguf_models)
+    report.failures += environment_failures(report.packages, needed_packages(config, gguf))
+    owns_weights = get_rollout_class(config.actor_rollout_ref.rollout.name).owns_weights
+    report.batches = explain_batches(
+        config,
+        sizes,
+        plan.old_log_probs,
+        plan.ref,
+        plan.critic,
+        owns_weights,
+        validation_rows(resolved, sizes.dp_size),
+    )
+    _check_device(report, config, machine)
+    _estimate(report, config, resolved, prepare_plan, plan, sizes.strategy, owns_weights)
+    _check_disks(report, config, resolved, prepare_plan)
+    _machine_warnings(report, config, machine)
+    return report
+
+
+def assumed_gpus(machine: Machine, config: Any, gib: float) -> Machine:
+    """``machine`` with as many GPUs of ``gib`` GiB (all free) as ``config`` asks for (``--gpu-memory``)."""
+    from dataclasses import replace
+
+    from verl.doctor.environment import GpuInfo
+
+    count = int(config.trainer.n_gpus_per_node) if config.trainer.backend == "ray" else 1
+    size = int(gib * (1 << 30))
+    return replace(
+        machine, gpus=[GpuInfo(i, f"assumed (--gpu-memory {gib:g})", size, size) for i in range(count)]
+    )
+
+
+def _check_device(report: Report, config: Any, machine: Machine) -> None:
+    if report.device != "cuda":
+        return
+    needed = int(config.trainer.n_gpus_per_node) if config.trainer.backend == "ray" else 1
+    if not machine.gpus:
+        report.failures.append(
+            f"device: trainer.device={config.trainer.device} but this process sees no CUDA device (torch.cuda); "
+            "use trainer.device=cpu or auto"
+        )
+    elif len(machine.gpus) < needed:
+        report.failures.append(
+            f"device: trainer.backend=ray with trainer.n_gpus_per_node={needed} needs {needed} GPUs, "
+            f"{len(machine.gpus)} visible"
+        )
+
+
+def _estimate(
+    report: Report,
+    config: Any,
+    resolved: Any,
+    prepare_plan: Any,
+    plan: Any,
+    strategy: str,
+    owns_weights: bool,
+) -> None:
+    """The models counted, the estimate, and its verdict per device."""
+    if prepare_plan is None:
+        report.estimate_unavailable = "the model could not be located (see the input line below)"
+        return
+    actor, why = _count(policy_model(config, prepare_plan), "causal")
+    if actor is None:
+        report.estimate_unavailable = why
+        return
+    arr = config.actor_rollout_ref
+    lora = lora_settings(arr.model)
+    extra = ""
+    if lora:
+        extra = f", LoRA rank {lora[0]}: {fmt_count(lora_parameters(actor, *lora))} adapter parameters"
+    report.models.append(_describe_shape("policy", actor, extra))
+    models = Models(actor)
+    if plan.critic:
+        critic_path = resolved.critic.model.path or resolved.actor_rollout_ref.model.path
+        same = not config.critic.model.path
+        source = (
+            policy_model(config, prepare_plan)
+            if same
+            else model_at(critic_path, config.critic.model, "critic.model.path")
+        )
+        if source.hf_config is not None:
+            source = ModelSource(_value_config(source.hf_config), source.source)
+        critic, why = _count(source, "value")
+        if critic is None:
+            report.estimate_unavailable = f"critic: {why}"
+            return
+        report.models.append(_describe_shape("critic", critic))
+        models = Models(actor, critic)
+    if config.reward_model.enable:
+        source = model_at(
+            config.reward_model.model.path, config.reward_model.model, "reward_model.model.path"
+        )
+        reward, why = _count(source, "reward")
+        if reward is None:
+            report.estimate_unavailable = f"reward model: {why}"
+            return
+        report.models.append(_describe_shape("reward model", reward))
+        models = Models(models.actor, models.critic, reward, checkpoint_dtype_bytes(reward.hf_config))
+    machine = report.machine
+    on_gpu = report.device == "cuda"
+    gpu_total = min((g.total for g in machine.gpus), default=None) if machine else None
+    estimate = estimate_memory(
+        config,
+        report.batches,
+        models,
+        strategy=strategy,
+        ref=plan.ref,
+        critic=plan.critic,
+        owns_weights=owns_weights,
+        on_gpu=on_gpu,
+        gpu_total=gpu_total,
+    )
+    report.estimate = estimate
+    report.checkpoint = checkpoint_bytes(config, models)
+    _verdicts(report, config, estimate, on_gpu)
+    _vllm_cpu_head(report, config, actor, on_gpu)
+
+
+def _value_config(hf_config: Any) -> Any:
+    """The critic's config: the causal LM's with one label (as ``load_value_model`` sets it)."""
+    import copy
+
+    value = copy.deepcopy(hf_config)
+    value.num_labels = 1
+    return value
+
+
+def _verdicts(report: Report, config: Any, estimate: Estimate, on_gpu: bool) -> None:
+    machine = report.machine
+    needed = int(config.trainer.n_gpus_per_node) if config.trainer.backend == "ray" else 1
+    have = {
+        "gpu": min((g.free for g in machine.gpus[:needed]), default=None) if machine.gpus else None,
+        "cpu": None if report.planned else machine.ram_for_run,
+    }
+    for device in estimate.devices():
+        need, phase = estimate.peak(device)
+        verdict = Verdict(device, need, phase, have[device])
+        report.verdicts.append(verdict)
+        if verdict.have is None:
+            continue
+        where = "per GPU" if device == "gpu" else "CPU memory"
+        if not verdict.fits:
+            report.failures.append(
+                f"memory: the estimate needs {fmt_bytes(need)} {where} at its peak ({PHASE_NAMES.get(phase, phase)}), "
+                f"{fmt_bytes(verdict.have)} available"
+            )
+            held = estimate.held_throughout(device)
+            if held > verdict.have:
+                report.knobs += state_knobs(config, on_gpu)
+            fp = report.batches.passes.get(phase) if report.batches else None
+            report.knobs += phase_knobs(config, phase, bool(fp and fp.budgeted))
+        elif verdict.tight:
+            report.warnings.append(
+                f"memory: {fmt_bytes(need)} {where} of {fmt_bytes(verdict.have)} is within the estimate's "
+                f"+-{ACCURACY:.0%}: it may not fit"
+            )
+    report.knobs = list(dict.fromkeys(report.knobs))
+
+
+def _vllm_cpu_head(report: Report, config: Any, actor: ModelShape, on_gpu: bool) -> None:
+    """vLLM's CPU attention takes a few head sizes only; the run would fail at its first generate."""
+    if config.actor_rollout_ref.rollout.name != "vllm" or on_gpu:
+        return
+    from verl.workers.rollout.vllm import CPU_HEAD_DIMS
+
+    if actor.head_dim not in CPU_HEAD_DIMS:
+        report.failures.append(
+            f"rollout: rollout.name=vllm on a CPU: the model's attention heads are {actor.head_dim} wide, vLLM's CPU "
+            f"attention takes {', '.join(map(str, CPU_HEAD_DIMS))}; use actor_rollout_ref.rollout.name=fast"
+        )
+
+
+def _check_disks(report: Report, config: Any, resolved: Any, prepare_plan: Any) -> None:
+    where = {"run directory (trainer.default_local_dir)": str(config.trainer.default_local_dir)}
+    if prepare_plan is not None and prepare_plan.artifacts():
+        where["artifacts (prepare.cache_dir)"] = str(config.prepare.cache_dir)
+    for what, path in where.items():
+        _, free = disk_free(path)
+        report.disks.append((what, path, free))
+    if report.checkpoint is not None and int(config.trainer.save_freq) > 0:
+        size = report.checkpoint
+        free = report.disks[0][2]
+        line = f"one checkpoint (trainer.save_freq={config.trainer.save_freq}) is about {fmt_bytes(size)}"
+        report.disks.append(("checkpoint size", line, free))
+        if size > free:
+            report.warnings.append(
+                f"disk: {line}, {fmt_bytes(free)} free in {config.trainer.default_local_dir}"
+            )
+
+
+def _machine_warnings(report: Report, config: Any, machine: Machine) -> None:
+    arr = config.actor_rollout_ref
+    if report.device == "cpu" and dtype_bytes(arr.model.torch_dtype) == 2 and not machine.cpu.bf16_fast:
+        report.warnings.append(
+            f"cpu: actor_rollout_ref.model.torch_dtype={arr.model.torch_dtype} without avx512_bf16 or AMX: bf16 "
+            "is emulated on this CPU, slower than float32"
+        )
+    threads = config.trainer.torch_threads
+    if threads and int(threads) > machine.cores:
+        report.warnings.append(f"cpu: trainer.torch_threads={threads} but {machine.cores} cores are usable")
+    for row in report.packages:
+        if row.status == UNTESTED and row.installed:
+            report.warnings.append(f"environment: {row.name} {row.installed} is untested ({row.advice})")
