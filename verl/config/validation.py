@@ -25,6 +25,7 @@ from verl.config.schema import TrainerConfig
 from verl.config.sizes import TOKEN_BUDGET_KEYS, derive_sizes, token_budgets
 from verl.tools.config import TOOLS_DIR, tool_config_file
 from verl.utils.trackers import BUILT as BUILT_TRACKERS
+from verl.utils.trackers import missing_packages
 
 ON_EXISTING_RUN = ("refuse", "move_aside")
 LOGGERS = BUILT_TRACKERS
@@ -166,6 +167,11 @@ def _trainer_loop_errors(errors: list[str], trainer: Any) -> None:
         _at_least(errors, "trainer.log_val_generations", trainer.log_val_generations, 0)
     for name in trainer.logger:
         _choice(errors, "each of trainer.logger", name, LOGGERS)
+        if name in LOGGERS and missing_packages(name):
+            errors.append(
+                f"trainer.logger {name} needs {', '.join(missing_packages(name))}, not installed: "
+                f"pip install {' '.join(missing_packages(name))} (or pip install -e '.[tracking]')"
+            )
     _choice(errors, "trainer.on_existing_run", trainer.on_existing_run, ON_EXISTING_RUN)
 
 

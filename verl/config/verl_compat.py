@@ -36,7 +36,7 @@ from omegaconf import OmegaConf
 from verl.config.errors import ConfigError, as_written
 from verl.config.verl_rules import FREE_FORM, HYDRA_GROUPS, PPO_RULES, SFT_RULES, Rule
 from verl.utils.trackers import NOT_BUILT as TRACKERS_NOT_BUILT
-from verl.utils.trackers import PACKAGES as TRACKER_PACKAGES
+from verl.utils.trackers import missing_packages
 
 KEYS_DIR = Path(__file__).resolve().parent / "verl_keys"
 
@@ -335,19 +335,8 @@ def fit_to_machine(cfg: Any) -> dict[str, Any]:
 def _fit_loggers(cfg: Any, remap: Any) -> None:
     """verl's scripts log to wandb; where its package is missing, or the tracker is one not built here
     (swanlab, trackio, clearml, ...), the metrics go to metrics.jsonl instead."""
-    import importlib.util
-
-    def installed(name: str) -> bool:
-        """A package, not a directory of that name (wandb writes ./wandb/, a namespace package)."""
-        spec = importlib.util.find_spec(name)
-        return spec is not None and spec.origin is not None
-
     loggers = list(cfg.trainer.logger)
-    missing = [
-        name
-        for name in loggers
-        if name in TRACKERS_NOT_BUILT or (name in TRACKER_PACKAGES and not installed(TRACKER_PACKAGES[name]))
-    ]
+    missing = [name for name in loggers if name in TRACKERS_NOT_BUILT or missing_packages(name)]
     if missing:
         kept = [name for name in loggers if name not in missing]
         remap("trainer.logger", kept + ([] if "jsonl" in kept else ["jsonl"]))
@@ -396,7 +385,9 @@ def _mapped_notice(cfg: Any, key: str, asked: Any) -> str | None:
     if key == "trainer.logger":
         missing = [name for name in asked if name not in used]
         why = [
-            f"{m} is not built here" if m in TRACKERS_NOT_BUILT else f"{m} is not installed (pip install {m})"
+            f"{m} is not built here"
+            if m in TRACKERS_NOT_BUILT
+            else f"{m} is not installed (pip install {' '.join(missing_packages(m))})"
             for m in missing
         ]
         return f"{key}={as_written(list(asked))}: {'; '.join(why)}; logging to {', '.join(used)} instead"

@@ -201,6 +201,7 @@ def diagnose(
     from verl.errors import InputError, UserError
     from verl.trainer.plan import StepPlan
     from verl.trainer.prepare import check_inputs, plan_inputs
+    from verl.trainer.run_dir import check_run_directory
     from verl.workers.rollout import get_rollout_class
 
     report = Report()
@@ -230,6 +231,11 @@ def diagnose(
             raise
         report.failures.append(f"input: {error}")
         prepare_plan, resolved = None, config
+
+    try:  # what `verl run` checks before it builds anything: a locked or occupied run directory
+        check_run_directory(resolved)
+    except UserError as error:
+        report.failures.append(f"run directory: {error}")
 
     gguf = bool(prepare_plan and prepare_plan.gguf_models)
     report.failures += environment_failures(report.packages, needed_packages(config, gguf))

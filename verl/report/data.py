@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from verl.errors import InputError
+from verl.utils.trackers import redact_yaml
 
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.yaml"
@@ -176,9 +177,10 @@ def read_validation_step(path: Path, step: int, max_rows: int) -> ValidationStep
     return ValidationStep(step, path, rows, total, score_sum / scored if scored else None, skipped)
 
 
-def read_validation(run_dir: Path, max_rows: int = 200) -> list[ValidationStep]:
-    """Every ``validation/<step>.jsonl`` of the run, by step; files not named by a step are ignored."""
-    folder = run_dir / VALIDATION_DIR
+def read_validation(run_dir: Path, max_rows: int = 200, folder: Path | None = None) -> list[ValidationStep]:
+    """Every ``<step>.jsonl`` of the run's validation folder (``validation/``, or ``folder``: the run's
+    ``trainer.validation_data_dir``), by step; files not named by a step are ignored."""
+    folder = folder or run_dir / VALIDATION_DIR
     if not folder.is_dir():
         return []
     found = []
@@ -219,7 +221,7 @@ class RunData:
 def _read_config(path: Path) -> tuple[str | None, dict[str, Any] | None]:
     if not path.is_file():
         return None, None
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = redact_yaml(path.read_text(encoding="utf-8", errors="replace"))  # a page is shared: no secrets
     try:
         import yaml
 
@@ -237,6 +239,13 @@ def _read_run_info(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     except json.JSONDecodeError as e:
         return None, f"{path.name} is not valid JSON: {e}"
     return (info, None) if isinstance(info, dict) else ({"value": info}, None)
+
+
+def _validation_folder(config: Any) -> Path | None:
+    """The run's ``trainer.validation_data_dir`` when its config set one (else ``<run>/validation``)."""
+    trainer = config.get("trainer") if isinstance(config, dict) else None
+    folder = trainer.get("validation_data_dir") if isinstance(trainer, dict) else None
+    return Path(folder).expanduser() if isinstance(folder, str) and folder else None
 
 
 def load_run(run_dir: str | os.PathLike[str], max_rows: int = 200) -> RunData:
@@ -261,6 +270,6 @@ def load_run(run_dir: str | os.PathLike[str], max_rows: int = 200) -> RunData:
         config=config,
         run_info=run_info,
         run_info_error=run_info_error,
-        validation=read_validation(run_dir, max_rows),
+        validation=read_validation(run_dir, max_rows, _validation_folder(config)),
         trace=trace if trace.is_file() else None,
     )

@@ -372,8 +372,10 @@ def timing_breakdown(series: dict[str, Series]) -> TimingBreakdown:
             occasional[name] = series[key]
         values = dict(series[key].items())
         columns[name] = [_finite_or_zero(values.get(step, 0.0)) for step in steps]
-    sums = [sum(col[i] for col in columns.values()) for i in range(len(steps))]
     regular = {k: v for k, v in columns.items() if k not in occasional}
+    # The occasional phases (testing, save_checkpoint) are timed outside timing_s/step by this trainer:
+    # "other" is the step's total less its regular phases.
+    sums = [sum(col[i] for col in regular.values()) for i in range(len(steps))]
     regular = dict(sorted(regular.items(), key=lambda kv: -sum(kv[1])))
     if total_series is not None:
         total = [_finite_or_zero(v) for v in total_series.values]

@@ -37,6 +37,7 @@ SMOOTH_ABOVE = 60
 
 STYLE = {
     "svg.fonttype": "none",  # text as <text>, not glyph outlines: smaller and searchable
+    "text.parse_math": False,  # a "$" in a metric key or data source is text, not TeX
     "font.family": "sans-serif",
     "font.sans-serif": ["DejaVu Sans"],  # matplotlib's own font, so its layout matches; one name per <text>
     "font.size": 8,

@@ -273,7 +273,10 @@ class Controller:
             node.started = time.perf_counter()
             result = self._call(node, kwargs)
             if self._flow_log.wanted(f"{node.label} [{node.name}]"):
-                self._log_data_flow(node, kwargs, result)
+                try:
+                    self._log_data_flow(node, kwargs, result)
+                except Exception:  # a debugging aid never fails the step
+                    logger.debug("could not describe the data flow of %s", node.label, exc_info=True)
             self._fill_outputs(node, result)
             if self.recorder is not None:
                 self.recorder.mark(node.trace, "done")

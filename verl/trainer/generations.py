@@ -16,13 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from verl.config import ConfigError
 from verl.protocol import DataProto
+from verl.report.data import VALIDATION_DIR  # noqa: F401 - the run directory's folder, re-exported
 from verl.utils.trackers import jsonable
 from verl.workers.reward.manager import response_mask, trajectory_mask
-
-VALIDATION_DIR = "validation"
-"""the run directory's folder of validation generations (``trainer.validation_data_dir`` unset)"""
 
 
 def decode_samples(batch: DataProto, tokenizer: Any) -> tuple[list[str], list[str]]:
@@ -110,16 +107,3 @@ def table_rows(records: Sequence[Mapping[str, Any]], n: int, seed: int = 42) -> 
 
 
 TABLE_COLUMNS = ["step", "input", "output", "score"]
-
-
-def check_dump_dir(key: str, directory: str | None, resuming: bool) -> None:
-    """A directory the user named for generation files must not hold another run's files: a new run into a
-    non-empty one is refused (a resumed run writes its own steps again)."""
-    if directory is None or resuming:
-        return
-    path = Path(directory).expanduser()
-    if path.is_dir() and any(path.glob("*.jsonl")):
-        raise ConfigError(
-            f"{key}={directory} already holds generation files (*.jsonl) of another run; give an empty or "
-            f"new directory"
-        )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import resource
+import sys
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -61,10 +62,12 @@ def compute_throughput_metrics(batch: DataProto, step_seconds: float, n_devices:
 
 def memory_metrics() -> dict[str, float]:
     """The driver process's memory (with ``trainer.backend=local`` that is every role's): resident now
-    (``perf/cpu_memory_used_gb``) and at its peak (``perf/max_rss_gb``); on a GPU also torch's peak
-    allocated and reserved memory (verl's ``perf/max_memory_allocated_gb`` / ``_reserved_gb``)."""
+    (``perf/cpu_memory_used_gb``; verl's metric of that name is the machine's used memory) and at its peak
+    (``perf/max_rss_gb``); when the driver itself computes on a GPU also torch's peak allocated and reserved
+    memory (verl's ``perf/max_memory_allocated_gb`` / ``_reserved_gb``)."""
     gib = 1024**3
-    metrics = {"perf/max_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / gib}
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    metrics = {"perf/max_rss_gb": peak / gib}  # ru_maxrss: KiB on Linux, bytes on macOS
     try:
         with open("/proc/self/statm") as f:
             metrics["perf/cpu_memory_used_gb"] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / gib

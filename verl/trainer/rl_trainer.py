@@ -32,7 +32,6 @@ from verl.trainer.controllers import load_controller_class, load_step_function
 from verl.trainer.generations import (
     TABLE_COLUMNS,
     VALIDATION_DIR,
-    check_dump_dir,
     decode_samples,
     dump_generations,
     generation_records,
@@ -48,10 +47,10 @@ from verl.trainer.metrics import (
 )
 from verl.trainer.plan import StepPlan
 from verl.trainer.prepare import check_inputs
-from verl.trainer.run_dir import RunDirectory, RunPlan
+from verl.trainer.run_dir import RunDirectory, RunPlan, write_run_config
 from verl.trainer.seed_api import apply_seed_arguments
 from verl.trainer.step import StepFn
-from verl.utils.checkpoint import atomic_write_bytes, rng_state, set_rng_state
+from verl.utils.checkpoint import rng_state, set_rng_state
 from verl.utils.seeding import configure_torch_threads, set_seed
 from verl.utils.timing import marked_timer
 from verl.utils.tracking import Tracking
@@ -217,7 +216,8 @@ class RLTrainer:
         """``trainer.rollout_data_dir``: this step's samples as ``<step>.jsonl`` (verl's layout)."""
         inputs, responses = decode_samples(batch, self.tokenizer)
         scores = batch.batch["token_level_scores"].sum(-1).tolist()
-        extra = {key: batch.non_tensor_batch[key] for key in batch.meta_info.get("reward_extra_keys", ())}
+        fields = batch.non_tensor_batch
+        extra = {key: fields[key] for key in batch.meta_info.get("reward_extra_keys", ()) if key in fields}
         records = generation_records(step, inputs, responses, ground_truths(batch), scores, extra)
         dump_generations(self.config.trainer.rollout_data_dir, step, records)
 
@@ -245,10 +245,7 @@ class RLTrainer:
             set_aside = drop_metrics_after(
                 Path(cfg.default_local_dir).expanduser() / "metrics.jsonl", start_step
             )
-        check_dump_dir("trainer.validation_data_dir", cfg.validation_data_dir, resuming=bool(start_step))
-        check_dump_dir("trainer.rollout_data_dir", cfg.rollout_data_dir, resuming=bool(start_step))
-        run_root = Path(cfg.default_local_dir).expanduser()
-        atomic_write_bytes(run_root / "config.yaml", to_yaml(self.config).encode())  # for verl report
+        write_run_config(Path(cfg.default_local_dir).expanduser(), to_yaml(self.config))  # for verl report
         tracking = Tracking(
             list(cfg.logger),
             cfg.default_local_dir,
@@ -259,23 +256,14 @@ class RLTrainer:
             initial_step=start_step,
         )
         self.tracking = tracking
-        tracking.write(self.sizes.describe())
-        groups = ", ".join(f"{name} x{group.world_size}" for name, group in self.controller.groups.items())
-        tracking.write(f"backend {cfg.backend}: {groups}")
-        tracking.write(self.plan.describe())
         summary: dict[str, Any] = {
             "val_before": {},
             "val_after": {},
             "metrics_path": str(tracking.metrics_path),
         }
-        if start_step:
-            tracking.write(f"resumed after step {start_step} from {run.resume_from}")
-            for change in run.config_changes:
-                tracking.write(f"  changed on resume: {change}")
-            if set_aside is not None:
-                tracking.write(f"  metrics logged after that checkpoint moved to {set_aside}")
         try:
             with tracking:  # every tracker flushed and closed, also on an exception, SIGTERM or Ctrl-C
+                self._describe_run(tracking, start_step, run, set_aside)
                 if cfg.val_only:  # the policy as it stands (after start_step when resumed); no training
                     if self.val_dataset is None:
                         raise ConfigError("trainer.val_only=true needs data.val_files")
@@ -296,6 +284,21 @@ class RLTrainer:
         return summary
 
     train = fit  # seed 003: trainer.train()
+
+    def _describe_run(
+        self, tracking: Tracking, start_step: int, run: RunPlan, set_aside: Path | None
+    ) -> None:
+        """The start-up lines: batch sizes, where the roles run, the step plan, what a resume changed."""
+        tracking.write(self.sizes.describe())
+        groups = ", ".join(f"{name} x{group.world_size}" for name, group in self.controller.groups.items())
+        tracking.write(f"backend {self.config.trainer.backend}: {groups}")
+        tracking.write(self.plan.describe())
+        if start_step:
+            tracking.write(f"resumed after step {start_step} from {run.resume_from}")
+            for change in run.config_changes:
+                tracking.write(f"  changed on resume: {change}")
+            if set_aside is not None:
+                tracking.write(f"  metrics logged after that checkpoint moved to {set_aside}")
 
     def _train_loop(self, tracking: Tracking, start_step: int = 0) -> dict[str, Any]:
         cfg = self.config.trainer

@@ -51,11 +51,14 @@ logger = logging.getLogger(__name__)
 LOCK_FILE = ".verl-run.lock"
 RUN_FILE = "run.json"
 """The run id, when and where the run started; written when a run starts in an empty directory."""
+CONFIG_FILE = "config.yaml"
+CONFIG_MARK = "# verl: the resolved config of the run in this directory\n"
+"""the first line of the run's ``config.yaml``: a file without it is the user's and is never replaced"""
 RUN_FILES = ("metrics.jsonl", LATEST, "tensorboard", "validation", "wandb", "mlflow.db", "mlflow-artifacts")
 """What a run leaves in its directory besides its checkpoints that is worth refusing a new run over
 (``run.json``, ``config.yaml``, ``trace.html`` and ``report.html`` alone are not: without these, there
 is nothing of the run to lose)."""
-MOVED_ALONG = (RUN_FILE, "trace.html", "config.yaml", "report.html")
+MOVED_ALONG = (RUN_FILE, "trace.html", CONFIG_FILE, "report.html")
 
 
 @dataclass
@@ -106,7 +109,25 @@ def plan_run(config: Any) -> RunPlan:
         saved = saved_config(plan.resume_from)
         if saved is not None:
             plan.config_changes = check_resume_config(saved, config, str(plan.resume_from))
+    trainer = config.trainer
+    for key in ("validation_data_dir", "rollout_data_dir"):
+        if key in trainer:  # the RL trainer's keys
+            check_dump_dir(f"trainer.{key}", trainer[key], resuming=plan.resume_from is not None)
     return plan
+
+
+def check_dump_dir(key: str, directory: str | None, resuming: bool) -> None:
+    """A directory the user named for generation files must not hold another run's files: a new run into a
+    non-empty one is refused (a resumed run writes its own steps again). It lies outside the run directory,
+    so trainer.on_existing_run=move_aside does not move it."""
+    if directory is None or resuming:
+        return
+    path = Path(directory).expanduser()
+    if path.is_dir() and any(path.glob("*.jsonl")):
+        raise RunDirError(
+            f"{key}={directory} already holds generation files (*.jsonl) of another run; give an empty or "
+            "new directory"
+        )
 
 
 def _plan_directory(root: Path, resume_mode: str, on_existing_run: str) -> RunPlan:
@@ -293,6 +314,21 @@ class RunDirectory:
             fcntl.flock(self._lock, fcntl.LOCK_UN)
             self._lock.close()
             self._lock = None
+
+
+def write_run_config(root: Path, text: str) -> Path | None:
+    """The resolved config as ``<run>/config.yaml`` (read by ``verl report``), marked as this code's; a
+    ``config.yaml`` there without the mark is the user's and is left alone (returns None)."""
+    path = root / CONFIG_FILE
+    if path.is_file():
+        with open(path, encoding="utf-8", errors="replace") as f:
+            if f.readline() != CONFIG_MARK:
+                logger.warning(
+                    "%s is not a config this code wrote; the run's config is not saved there", path
+                )
+                return None
+    atomic_write_bytes(path, (CONFIG_MARK + text).encode())
+    return path
 
 
 def check_run_directory(config: Any) -> None:

@@ -131,7 +131,15 @@ def _train(config: Any, out_dir: Path) -> None:
     total_steps = trainer_cfg.total_training_steps or len(sampler) * trainer_cfg.total_epochs
     optimizer = build_optimizer(model.parameters(), config.optim)
     scheduler = build_lr_scheduler(optimizer, config.optim, total_steps)
-    tracking = Tracking(list(trainer_cfg.logger), out_dir, total_steps, experiment_name="sft", desc="sft")
+    tracking = Tracking(
+        list(trainer_cfg.logger),
+        out_dir,
+        total_steps,
+        project_name=trainer_cfg.get("project_name", "verl"),
+        experiment_name=trainer_cfg.get("experiment_name", "sft"),
+        config=OmegaConf.to_container(config, resolve=True),
+        desc="sft",
+    )
     batches = iterate_batches(
         dataset, sampler, lambda items: collate_sft(items, tokenizer.pad_token_id), num_epochs=None
     )

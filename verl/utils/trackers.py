@@ -13,9 +13,11 @@ import json
 import math
 import netrc
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 BUILT = ("console", "jsonl", "file", "tensorboard", "wandb", "mlflow")
 """``trainer.logger`` values built here; ``file`` is verl's name for the JSONL file"""
@@ -23,6 +25,48 @@ NOT_BUILT = ("swanlab", "trackio", "clearml", "vemlp_wandb", "rl_insight")
 """verl's trackers that are not built here (their metrics still go to metrics.jsonl)"""
 PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
 """the Python package each optional sink imports"""
+ALSO_NEEDED = {"mlflow": ("sqlalchemy", "alembic")}
+"""packages a sink needs besides its own (mlflow-skinny's SQLite store needs SQLAlchemy and Alembic)"""
+
+
+SECRET_KEY = re.compile(r"(?:^|[_.-])(?:api_?key|token|secret|password|passwd|credentials?)$", re.IGNORECASE)
+"""config keys whose values are never sent to a tracker or shown in a report"""
+REDACTED = "***"
+
+
+def redact(node: Any) -> Any:
+    """A copy of a nested config with the values of secret-looking keys (``SECRET_KEY``) replaced."""
+    if isinstance(node, dict):
+        return {k: REDACTED if SECRET_KEY.search(str(k)) and v else redact(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [redact(v) for v in node]
+    return node
+
+
+def redact_yaml(text: str) -> str:
+    """The same for a YAML text, line by line: ``  api_key: abc`` becomes ``  api_key: '***'``."""
+    key_value = re.compile(r"^(\s*-?\s*)([\w.-]+)(:)\s*(\S.*)$")
+
+    def line_redacted(line: str) -> str:
+        m = key_value.match(line)
+        if m is None or not SECRET_KEY.search(m.group(2)) or m.group(4) in ("null", "~", "''", '""'):
+            return line
+        return f"{m.group(1)}{m.group(2)}: '{REDACTED}'"
+
+    return "\n".join(line_redacted(line) for line in text.split("\n"))
+
+
+def missing_packages(logger: str) -> list[str]:
+    """The packages the ``trainer.logger`` entry needs that are not installed (a directory of that name,
+    such as the ``./wandb`` that wandb writes, is a namespace package, not the tracker)."""
+    import importlib.util
+
+    def installed(name: str) -> bool:
+        spec = importlib.util.find_spec(name)
+        return spec is not None and spec.origin is not None
+
+    needed = ([PACKAGES[logger]] if logger in PACKAGES else []) + list(ALSO_NEEDED.get(logger, ()))
+    return [name for name in needed if not installed(name)]
 
 
 def jsonable(value: Any) -> Any:
@@ -78,17 +122,22 @@ class TensorboardTracker:
 
 
 def wandb_mode() -> str | None:
-    """``WANDB_MODE`` when set; otherwise online only with credentials (``WANDB_API_KEY`` or a netrc entry):
-    without them wandb would stop the run to ask for a login, so it logs offline (``wandb sync`` uploads)."""
+    """``WANDB_MODE`` when set; otherwise online only with credentials (``WANDB_API_KEY`` or a netrc entry
+    for the server, ``WANDB_BASE_URL`` or api.wandb.ai): without them wandb would stop the run to ask for a
+    login, so it logs offline (``wandb sync`` uploads)."""
     if os.environ.get("WANDB_MODE"):
         return os.environ["WANDB_MODE"]
     if os.environ.get("WANDB_API_KEY"):
         return None
+    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
     try:
-        entry = netrc.netrc().authenticators("api.wandb.ai")
+        entry = netrc.netrc().authenticators(host)
     except (OSError, netrc.NetrcParseError):
         entry = None
-    return None if entry else "offline"
+    return None if entry else OFFLINE_WITHOUT_LOGIN
+
+
+OFFLINE_WITHOUT_LOGIN = "offline"
 
 
 class WandbTracker:
@@ -100,6 +149,7 @@ class WandbTracker:
 
         self.wandb = wandb
         self.mode = wandb_mode()
+        self.inferred_offline = self.mode == OFFLINE_WITHOUT_LOGIN and not os.environ.get("WANDB_MODE")
         directory = Path(os.environ.get("WANDB_DIR") or output_dir)
         directory.mkdir(parents=True, exist_ok=True)
         self.run = wandb.init(
@@ -126,8 +176,9 @@ class WandbTracker:
 
 
 def mlflow_key(key: str) -> str:
-    """MLflow refuses ``@`` in metric names (``mean@1``); verl writes it ``_at_``."""
-    return key.replace("@", "_at_")
+    """MLflow takes only letters, digits, ``_ - . : /`` and spaces in a metric name: ``@`` becomes ``_at_``
+    (``mean@1``, as verl), any other character ``_`` (a reward field ``format(strict)`` must not stop a run)."""
+    return re.sub(r"[^\w\-. :/]", "_", key.replace("@", "_at_"))
 
 
 class MlflowTracker:
@@ -153,7 +204,7 @@ class MlflowTracker:
                 project, artifact_location=None if artifacts is None else artifacts.resolve().as_uri()
             )
         self.run_id = self.client.create_run(experiment_id, run_name=experiment).info.run_id
-        params = [mlflow.entities.Param(k, str(v)[:500]) for k, v in _flatten(config or {}).items()]
+        params = [mlflow.entities.Param(k, str(v)[:500]) for k, v in leaves(config or {}).items()]
         for start in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
             self.client.log_batch(self.run_id, params=params[start : start + 100])
 
@@ -173,11 +224,11 @@ class MlflowTracker:
         self.client.set_terminated(self.run_id, status="FAILED" if failed else "FINISHED")
 
 
-def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    """A nested config as ``{"a.b.c": value}``."""
+def leaves(node: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested config's leaf values as ``{"a.b.c": value}`` (MLflow params are flat)."""
     if isinstance(node, dict):
         flat: dict[str, Any] = {}
         for key, value in node.items():
-            flat.update(_flatten(value, f"{prefix}{key}."))
+            flat.update(leaves(value, f"{prefix}{key}."))
         return flat
     return {prefix[:-1]: node}

@@ -3,14 +3,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
-from verl.utils.trackers import BUILT, JsonlTracker, MlflowTracker, TensorboardTracker, WandbTracker
+from verl.utils.trackers import BUILT, JsonlTracker, MlflowTracker, TensorboardTracker, WandbTracker, redact
 
 # The handful of numbers shown on the progress bar; everything goes to the other sinks.
 CONSOLE_KEYS = {
@@ -38,8 +42,8 @@ def validation_postfix(metrics: dict[str, float]) -> dict[str, float]:
 
 class ProgressLines:
     """The console sink off a terminal (CI, ``nohup``, Ray logs): a carriage-return progress bar would
-    write thousands of updates into one line there, so it prints one summary line at the first step, then
-    at most every ``interval_s`` seconds, at every validation and at the last step."""
+    write thousands of updates into one line there, so it prints one summary line at the first training
+    step, then at most every ``interval_s`` seconds, at every validation and at the last step."""
 
     def __init__(self, total: int, initial: int, desc: str, interval_s: float = 30.0) -> None:
         self.total, self.n, self.desc, self.interval_s = total, initial, desc, interval_s
@@ -47,10 +51,13 @@ class ProgressLines:
         self.last_print: float | None = None
 
     def update(self, step: int, numbers: dict[str, float], validated: bool) -> None:
-        self.n = step
         now = time.monotonic()
+        first = self.n == self.start_step and step > self.start_step  # the first training step
+        if step == self.start_step:  # the validation before training: the rate counts from after it
+            self.start = now
+        self.n = step
         due = self.last_print is None or now - self.last_print >= self.interval_s
-        if not (due or validated or step >= self.total):
+        if not (due or first or validated or step >= self.total):
             return
         self.last_print = now
         shown = "".join(f" {label}={value:.3g}" for label, value in numbers.items())
@@ -68,6 +75,20 @@ class ProgressLines:
 
     def close(self) -> None:
         pass
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT / SIGTERM back (in the main thread, where Python runs its handlers) until the block ends;
+    a signal that arrives meanwhile is delivered right after it."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _duration(seconds: float) -> str:
@@ -101,6 +122,7 @@ class Tracking:
         self.progress: tqdm | ProgressLines | None = None
         self.sinks: dict[str, Any] = {}
         self.closed = False
+        config = redact(config) if config is not None else None  # no API key leaves the machine
         try:
             if "console" in loggers:
                 if sys.stderr.isatty():
@@ -119,7 +141,7 @@ class Tracking:
                 self.sinks["tensorboard"] = TensorboardTracker(self.output_dir)
             if "wandb" in loggers:
                 self.sinks["wandb"] = WandbTracker(self.output_dir, project_name, experiment_name, config)
-                if self.sinks["wandb"].mode == "offline":
+                if self.sinks["wandb"].inferred_offline:
                     self.write(
                         f"wandb: no credentials (WANDB_API_KEY) and no WANDB_MODE, so logging offline to "
                         f"{self.sinks['wandb'].dir}; `wandb sync` uploads it"
@@ -141,8 +163,9 @@ class Tracking:
         return self.output_dir / "metrics.jsonl"
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        for sink in self.sinks.values():
-            sink.log(metrics, step)
+        with _signals_held():  # a step is in every sink or in none: a SIGTERM waits until all have it
+            for sink in self.sinks.values():
+                sink.log(metrics, step)
         if self.progress is not None:
             numbers = {label: metrics[key] for key, label in CONSOLE_KEYS.items() if key in metrics}
             validation = validation_postfix(metrics)
@@ -173,11 +196,15 @@ class Tracking:
         self.closed = True
         if self.progress is not None:
             self.progress.close()
-        errors = []
+        errors, interrupted = [], None
         for name, sink in self.sinks.items():
             try:
-                sink.close(failed)
+                sink.close(failed or interrupted is not None)
             except Exception as e:  # noqa: BLE001 - the other sinks still close; reported below
                 errors.append(f"{name}: {e}")
+            except BaseException as e:  # a second Ctrl-C / SIGTERM: close the rest, then let it through
+                interrupted = interrupted or e
         if errors:
             print(f"could not close trackers: {'; '.join(errors)}", file=sys.stderr)
+        if interrupted is not None:
+            raise interrupted

@@ -38,7 +38,13 @@
     };
     if (box) {
       var hash = /^#search=(.*)$/.exec(window.location.hash);
-      if (hash) box.value = decodeURIComponent(hash[1]);
+      if (hash) {
+        try {
+          box.value = decodeURIComponent(hash[1]);
+        } catch (malformed) {
+          box.value = hash[1]; // "#search=100%": not a valid escape, taken as typed
+        }
+      }
       box.addEventListener("input", apply);
       apply();
     }
