@@ -8,11 +8,11 @@ import math
 import os
 import re
 import struct
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
+from tests._html import PageChecker
 from verl.errors import UserError
 from verl.report import ReportError, build_report, load_run, read_metrics
 from verl.report.browser import find_browser, load_page, screenshot_report
@@ -115,41 +115,8 @@ def tiny_run(tmp_path: Path) -> Path:
     return run
 
 
-class _Page(HTMLParser):
-    """Tags balanced, and every src/href and script collected."""
-
-    VOID = {"br", "col", "hr", "img", "input", "link", "meta", "source", "wbr"}
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.stack: list[str] = []
-        self.problems: list[str] = []
-        self.links: list[str] = []
-        self.scripts = 0
-
-    def handle_starttag(self, tag, attrs):
-        self._collect(tag, attrs)
-        if tag not in self.VOID:
-            self.stack.append(tag)
-
-    def handle_startendtag(self, tag, attrs):
-        self._collect(tag, attrs)
-
-    def _collect(self, tag, attrs):
-        self.links += [v or "" for k, v in attrs if k in ("src", "href", "xlink:href")]
-        self.scripts += tag == "script"
-
-    def handle_endtag(self, tag):
-        if tag in self.VOID:
-            return
-        if not self.stack or self.stack[-1] != tag:
-            self.problems.append(f"</{tag}> closes {self.stack[-1:] or 'nothing'}")
-            return
-        self.stack.pop()
-
-
-def _parse(page: str) -> _Page:
-    parser = _Page()
+def _parse(page: str) -> PageChecker:
+    parser = PageChecker()
     parser.feed(page)
     parser.close()
     assert parser.problems == [] and parser.stack == [], (parser.problems, parser.stack)
@@ -245,7 +212,7 @@ def test_report_holds_every_section_with_its_figures(page):
 
 def test_text_from_the_run_is_escaped(page):
     parsed = _parse(page)
-    assert parsed.scripts == 1  # the page's own search script, nothing from the run
+    assert len(parsed.scripts) == 1  # the page's own search script, nothing from the run
     assert "<script>alert" not in page
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; what is 3+10? zebra-quokka" in page
     assert "&lt;/pre&gt;&lt;script&gt;" in _sections(page)["config"]

@@ -9,13 +9,13 @@ import re
 import shutil
 import subprocess
 import threading
-from html.parser import HTMLParser
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
+from tests._html import PageChecker
 from verl.single_controller import trace
 from verl.single_controller.trace import (
     DagTrace,
@@ -231,62 +231,8 @@ def test_estimate_nbytes_of_plain_values():
 # HTML
 
 
-class _PageChecker(HTMLParser):
-    """Checks nesting, collects script bodies and every src/href, like a strict browser would not."""
-
-    VOID = {
-        "area",
-        "base",
-        "br",
-        "col",
-        "embed",
-        "hr",
-        "img",
-        "input",
-        "link",
-        "meta",
-        "source",
-        "track",
-        "wbr",
-    }
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.stack: list[str] = []
-        self.problems: list[str] = []
-        self.scripts: list[tuple[dict[str, str | None], str]] = []
-        self.links: list[str] = []
-        self.text: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        attributes = dict(attrs)
-        self.links += [value or "" for name, value in attrs if name in ("src", "href", "xlink:href")]
-        if tag == "script":
-            self.scripts.append((attributes, ""))
-        if tag not in self.VOID:
-            self.stack.append(tag)
-
-    def handle_startendtag(self, tag, attrs):
-        self.links += [value or "" for name, value in attrs if name in ("src", "href", "xlink:href")]
-
-    def handle_endtag(self, tag):
-        if tag in self.VOID:
-            return
-        if not self.stack or self.stack[-1] != tag:
-            self.problems.append(f"</{tag}> closes {self.stack[-1:] or 'nothing'}")
-            return
-        self.stack.pop()
-
-    def handle_data(self, data):
-        if self.stack and self.stack[-1] == "script":
-            attributes, body = self.scripts[-1]
-            self.scripts[-1] = (attributes, body + data)
-        else:
-            self.text.append(data)
-
-
-def _check_page(page: str) -> tuple[_PageChecker, dict]:
-    checker = _PageChecker()
+def _check_page(page: str) -> tuple[PageChecker, dict]:
+    checker = PageChecker()
     checker.feed(page)
     checker.close()
     assert checker.problems == []

@@ -189,11 +189,7 @@ def _forward_lines(
             )
         )
     lines.append(tokens_line)
-    head_tokens = 0
-    if head:
-        head_tokens, head_line = _head_line(config, rows, budget)
-        lines.append(head_line)
-    return lines, ForwardPass(phase, rows, tokens, head_tokens, grad=False, budgeted=bool(budget))
+    return lines, _pass(config, lines, phase, rows, tokens, budget, head, grad=False)
 
 
 def _update_lines(
@@ -258,11 +254,25 @@ def _update_lines(
         )
     tokens, tokens_line = _tokens_line(rows, budget, seq, lengths)
     lines.append(tokens_line)
+    return lines, _pass(config, lines, phase, rows, tokens, budget, head, grad=True)
+
+
+def _pass(
+    config: Any,
+    lines: list[Explained],
+    phase: str,
+    rows: int,
+    tokens: int,
+    budget: Any,
+    head: bool,
+    grad: bool,
+) -> ForwardPass:
+    """The pass's LM-head line (appended to ``lines`` when it computes log-probs) and its ForwardPass."""
     head_tokens = 0
     if head:
         head_tokens, head_line = _head_line(config, rows, budget)
         lines.append(head_line)
-    return lines, ForwardPass(phase, rows, tokens, head_tokens, grad=True, budgeted=bool(budget))
+    return ForwardPass(phase, rows, tokens, head_tokens, grad=grad, budgeted=bool(budget))
 
 
 def _generate_lines(

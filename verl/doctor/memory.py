@@ -47,7 +47,7 @@ from verl.workers.errors import (
     LOG_PROB_KNOBS,
     REF_LOG_PROB_KNOBS,
     VALUES_KNOBS,
-    _advice,
+    knob_advice,
 )
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -861,11 +861,11 @@ def state_knobs(config: Any, on_gpu: bool) -> list[str]:
             "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
             "actor_rollout_ref.ref.fsdp_config.param_offload=true",
         ):
-            advice = _advice(key, config)
+            advice = knob_advice(key, config)
             if advice:
                 out.append(advice)
         if arr.rollout.name == "vllm":
-            out.append(_advice("actor_rollout_ref.rollout.gpu_memory_utilization", config) or "")
+            out.append(knob_advice("actor_rollout_ref.rollout.gpu_memory_utilization", config) or "")
     return [line for line in out if line]
 
 
@@ -878,7 +878,7 @@ def phase_knobs(config: Any, phase: str, budgeted: bool = False) -> list[str]:
         if not ("max_token_len" in knob and not budgeted)
         and not ("micro_batch_size_per_gpu" in knob and budgeted)
     ]
-    return [a for a in (_advice(k, config) for k in knobs) if a]
+    return [a for a in (knob_advice(k, config) for k in knobs) if a]
 
 
 def checkpoint_bytes(config: Any, models: Models) -> int:

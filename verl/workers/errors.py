@@ -59,7 +59,7 @@ def _lookup(config: Any, dotted: str) -> Any:
     return value
 
 
-def _advice(knob: str, config: Any) -> str | None:
+def knob_advice(knob: str, config: Any) -> str | None:
     """``lower key (now 8)``, or ``set key=true``; None for a setting that already has the suggested value."""
     key, _, target = knob.partition("=")
     current = _lookup(config, key)
@@ -74,7 +74,7 @@ def _advice(knob: str, config: Any) -> str | None:
 
 def oom_message(where: str, error: BaseException, knobs: Sequence[str], config: Any = None) -> str:
     """One line: what ran out of memory, the knobs to turn (with current values), the original message."""
-    advice = [text for text in (_advice(knob, config) for knob in knobs) if text]
+    advice = [text for text in (knob_advice(knob, config) for knob in knobs) if text]
     first_line = (str(error).strip().splitlines() or [""])[0]
     original = f"{type(error).__name__}: {first_line}" if first_line else type(error).__name__
     return f"{where} ran out of memory. To fit: {'; '.join(advice) or 'lower the batch sizes'}. ({original})"
