@@ -212,6 +212,11 @@ class ActorConfig:
     """constant divisor for seq-mean-token-sum-norm; None = max_response_length"""
     entropy_coeff: float = 0.0
     """entropy bonus coefficient"""
+    skip_zero_advantage: bool = True
+    """(not in verl) no backward pass for samples whose advantage is 0 on every token (GRPO groups with equal
+    rewards) when that is exact: a policy loss proportional to the advantage, no KL loss, no entropy bonus,
+    one process. The loss is still normalised by every sample's tokens, so the update is the same; their
+    metrics (entropy, ppo_kl) come from a forward pass without a graph when they are logged"""
     use_kl_loss: bool = False
     """add a KL(actor || ref) term to the loss (GRPO style)"""
     kl_loss_coef: float = 0.001

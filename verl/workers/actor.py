@@ -72,6 +72,17 @@ def compute_log_prob(
     return restore_order(torch.cat(log_probs), order), entropy
 
 
+LOSSES_PROPORTIONAL_TO_ADVANTAGE = ("vanilla", "gspo", "sapo", "gpg", "cispo", "geo_mean")
+"""policy losses that are the advantage times a function of the sample's own tokens: a sample whose
+advantage is 0 everywhere has zero loss and zero gradient (clip_cov / kl_cov choose tokens by a covariance
+over the batch, so they are not here)"""
+
+
+def zero_advantage_rows(data: DataProto) -> torch.Tensor:
+    """Rows whose advantage is 0 on every response token: no policy gradient comes from them."""
+    return ~((data.batch["advantages"] != 0) & data.batch["response_mask"].bool()).any(-1)
+
+
 def loss_context(
     actor_cfg: Any, clip_scale: float, global_num_tokens: float, global_num_seqs: float
 ) -> LossContext:
@@ -178,6 +189,12 @@ class Actor(TrainedModel):
         closing = {"actor/kl_coef": cfg.kl_loss_coef} if cfg.use_kl_loss else {}
         closing["actor/clip_ratio"] = cfg.clip_ratio * clip_scale
         use_entropy = cfg.entropy_coeff != 0 or measure_entropy
+        skip = (
+            cfg.skip_zero_advantage
+            and cfg.policy_loss.loss_mode in LOSSES_PROPORTIONAL_TO_ADVANTAGE
+            and not cfg.use_kl_loss
+            and cfg.entropy_coeff == 0
+        )
         return RoleUpdate(
             data,
             UpdatePlan(
@@ -187,6 +204,9 @@ class Actor(TrainedModel):
             functools.partial(loss_context, cfg, clip_scale),
             functools.partial(self.micro_batch_loss, temperature=temperature, use_entropy=use_entropy),
             closing,
+            no_gradient=zero_advantage_rows if skip else None,
+            # On-policy the ratio is 1, so a skipped row's ppo_kl and clip fractions are exactly 0.
+            metrics_need_forward=use_entropy or "old_log_probs" in data.batch,
         )
 
     def micro_batch_loss(

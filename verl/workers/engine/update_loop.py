@@ -24,10 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+import numpy as np
 import torch
 
 from verl.protocol import DataProto
-from verl.workers.engine.batching import lockstep_micro_batches
+from verl.workers.engine.batching import lockstep_micro_batches, micro_batches
 from verl.workers.engine.distributed import (
     all_reduce_sum,
     dp_world_size,
@@ -73,6 +74,12 @@ class RoleUpdate(Generic[C]):
     micro_batch_loss: MicroBatchLoss[C]
     closing_metrics: dict[str, float] = field(default_factory=dict)
     """recorded after the optimizer steps"""
+    no_gradient: Callable[[DataProto], torch.Tensor] | None = None
+    """the rows of a mini-batch whose loss has exactly zero gradient (bool per row), or None: those rows get
+    no backward pass (`skip_no_gradient_rows`); the mini-batch's counts still include them"""
+    metrics_need_forward: bool = True
+    """with ``no_gradient``: the skipped rows' metric shares are not all zero, so they get a forward pass
+    without a graph"""
 
 
 def run_update(model: TrainedModel, update: RoleUpdate[C]) -> dict[str, float]:
@@ -94,9 +101,25 @@ def _run_update(model: TrainedModel, update: RoleUpdate[C]) -> dict[str, float]:
         counts = all_reduce_sum({"tokens": mini.batch["response_mask"].sum().item(), "seqs": len(mini)})
         context = update.mini_batch_context(counts["tokens"], counts["seqs"])
         shares: dict[str, float] = defaultdict(float)
-        micros, _, real = lockstep_micro_batches(
-            mini, plan.micro_batch_size, plan.max_tokens, needs_lockstep(model.trained)
-        )
+        rows = len(mini)
+        mini, skipped = skip_no_gradient_rows(model, update, mini)
+        if update.no_gradient is not None:
+            metrics[f"{prefix}/skipped_backward_frac"].append(1.0 - len(mini) / max(rows, 1))
+        micros, real = [], 0
+        if len(mini):
+            micros, _, real = lockstep_micro_batches(
+                mini, plan.micro_batch_size, plan.max_tokens, needs_lockstep(model.trained)
+            )
+        if skipped is not None and update.metrics_need_forward:
+            with torch.no_grad():  # their metric shares, e.g. the entropy; no graph, no backward
+                for micro in micro_batches(skipped, plan.micro_batch_size, plan.max_tokens)[0]:
+                    update.micro_batch_loss(micro, context, shares)
+        if (
+            not micros
+        ):  # every row skipped: the zero gradient a backward would have left, so AdamW still steps
+            for param in model.trained.parameters():
+                if param.requires_grad and param.grad is None:
+                    param.grad = torch.zeros_like(param)
         for i, micro in enumerate(micros):
             with gradient_sync(model.trained, sync=i == len(micros) - 1):
                 loss = update.micro_batch_loss(micro, context, shares if i < real else defaultdict(float))
@@ -120,9 +143,31 @@ def _run_update(model: TrainedModel, update: RoleUpdate[C]) -> dict[str, float]:
     return summarize_metrics(metrics)
 
 
+def skip_no_gradient_rows(
+    model: TrainedModel, update: RoleUpdate[C], mini: DataProto
+) -> tuple[DataProto, DataProto | None]:
+    """``(rows to train, rows skipped or None)``. Rows whose loss has no gradient change nothing when they
+    are left out of the backward, as long as the mini-batch's normalisation counts them (it is computed
+    before). Only in one process: data-parallel ranks must run the same backward passes to all-reduce."""
+    if update.no_gradient is None or dp_world_size() > 1 or needs_lockstep(model.trained):
+        return mini, None
+    skip = update.no_gradient(mini).cpu().numpy().astype(bool)
+    if not skip.any():
+        return mini, None
+    return mini.select_idxs(np.flatnonzero(~skip)), mini.select_idxs(np.flatnonzero(skip))
+
+
 def share_of_tokens(mask: torch.Tensor, global_num_tokens: float) -> float:
     """A micro-batch's share of the mini-batch's real tokens: the weight of its per-token-mean metrics."""
     return mask.sum().item() / max(global_num_tokens, 1)
 
 
-__all__ = ["MicroBatchLoss", "MiniBatchContext", "RoleUpdate", "UpdatePlan", "run_update", "share_of_tokens"]
+__all__ = [
+    "MicroBatchLoss",
+    "MiniBatchContext",
+    "RoleUpdate",
+    "UpdatePlan",
+    "run_update",
+    "share_of_tokens",
+    "skip_no_gradient_rows",
+]

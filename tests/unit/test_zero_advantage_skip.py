@@ -1,0 +1,123 @@
+"""Samples whose advantage is 0 everywhere get no backward pass (actor.skip_zero_advantage), and the update
+is the same as with them: the loss is normalised by every sample's tokens, their gradient is exactly zero,
+and their metric shares come from a forward pass without a graph."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from verl.config.schema import ActorConfig
+from verl.models import load_hf_model
+from verl.protocol import DataProto
+from verl.workers.actor import Actor
+from verl.workers.engine import update_loop
+from verl.workers.engine.optim import build_optimizer
+
+ROWS, PROMPT, RESPONSE = 8, 4, 6
+
+
+def batch(vocab: int, zero_groups: tuple[int, ...], off_policy: bool) -> DataProto:
+    """Two GRPO groups of 4 samples over one prompt each; the groups in ``zero_groups`` have equal rewards
+    (advantage 0 on every token). Response lengths differ (right padding)."""
+    g = torch.Generator().manual_seed(0)
+    prompts = torch.randint(3, vocab, (2, PROMPT), generator=g).repeat_interleave(4, dim=0)
+    lengths = torch.tensor([6, 3, 5, 2, 4, 6, 1, 5])
+    mask = (torch.arange(RESPONSE)[None] < lengths[:, None]).long()
+    responses = torch.randint(3, vocab, (ROWS, RESPONSE), generator=g) * mask
+    attention = torch.cat([torch.ones(ROWS, PROMPT, dtype=torch.long), mask], dim=1)
+    advantages = torch.tensor([1.2, -0.4, -0.4, -0.4, 0.9, -0.3, -0.3, -0.3])[:, None] * mask
+    for group in zero_groups:
+        advantages[4 * group : 4 * group + 4] = 0.0
+    tensors = {
+        "input_ids": torch.cat([prompts, responses], dim=1),
+        "attention_mask": attention,
+        "position_ids": (attention.cumsum(-1) - 1).clamp_min(0),
+        "responses": responses,
+        "response_mask": mask,
+        "advantages": advantages.float(),
+    }
+    if off_policy:
+        tensors["old_log_probs"] = -2.0 + 0.1 * torch.randn(ROWS, RESPONSE, generator=g) * mask
+    return DataProto.from_dict(tensors)
+
+
+def update(
+    monkeypatch, model_dir, data: DataProto, skip: bool, micro: int | None, measure_entropy: bool, **keys
+):
+    torch.manual_seed(0)
+    model = load_hf_model(model_dir, attn_implementation="eager")
+    cfg = OmegaConf.merge(
+        OmegaConf.structured(ActorConfig),
+        {"skip_zero_advantage": skip, "shuffle": False, "optim": {"lr": 1e-2, "lr_warmup_steps": 0}, **keys},
+    )
+    actor = Actor(model, cfg, build_optimizer(model.parameters(), cfg.optim), seed=0)
+    calls: list[tuple[int, bool]] = []
+    loss = actor.micro_batch_loss
+
+    def counting(micro, *args, **kwargs):
+        calls.append((len(micro), torch.is_grad_enabled()))
+        return loss(micro, *args, **kwargs)
+
+    actor.micro_batch_loss = counting
+    grads: dict[str, torch.Tensor] = {}
+    step = update_loop.clip_and_step
+
+    def recording(trained, optimizer, grad_clip):  # the gradient the optimizer is given
+        grads.update(
+            {n: p.grad.detach().clone() for n, p in trained.named_parameters() if p.grad is not None}
+        )
+        return step(trained, optimizer, grad_clip)
+
+    monkeypatch.setattr(update_loop, "clip_and_step", recording)
+    metrics = actor.update_policy(
+        data, mini_batch_size=ROWS, micro_batch_size=micro, temperature=1.0, measure_entropy=measure_entropy
+    )
+    return grads, metrics, calls
+
+
+@pytest.mark.parametrize(
+    ("zero_groups", "off_policy", "micro", "measure_entropy"),
+    [
+        ((1,), False, None, True),  # the default recipe: on-policy, entropy measured in the update
+        ((1,), False, 3, False),  # several micro-batches, nothing measured: the skipped rows are not run
+        ((0,), True, 2, False),  # off-policy: ppo_kl and clip fractions of the skipped rows are not 0
+        ((0, 1), False, None, True),  # every group equal: no backward at all, the optimizer still steps
+    ],
+)
+def test_the_update_is_the_same_with_and_without_the_skip(
+    monkeypatch, tiny_model_dir, zero_groups, off_policy, micro, measure_entropy
+):
+    data = batch(128, zero_groups, off_policy)
+    full_grads, full_metrics, full_calls = update(
+        monkeypatch, tiny_model_dir, data, False, micro, measure_entropy
+    )
+    grads, metrics, calls = update(monkeypatch, tiny_model_dir, data, True, micro, measure_entropy)
+    trained_rows = ROWS - 4 * len(zero_groups)
+    assert sum(n for n, grad in calls if grad) == trained_rows
+    assert sum(n for n, grad in full_calls if grad) == ROWS
+    forward_only = sum(n for n, grad in calls if not grad)
+    assert forward_only == (ROWS - trained_rows if (measure_entropy or off_policy) else 0)
+    assert metrics.pop("actor/skipped_backward_frac") == pytest.approx(len(zero_groups) * 4 / ROWS)
+    assert metrics.keys() == full_metrics.keys()
+    for key, value in full_metrics.items():
+        assert metrics[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+    # The same gradient to float rounding (the rows are summed in other micro-batches); every parameter has
+    # one, a zero tensor when no row was trained, as a backward of zero-advantage rows would leave.
+    assert grads.keys() == full_grads.keys() and grads
+    for name, grad in full_grads.items():
+        torch.testing.assert_close(grads[name], grad, rtol=1e-5, atol=1e-8, msg=name)
+    largest = max(g.abs().max().item() for g in full_grads.values())
+    assert largest == 0.0 if trained_rows == 0 else largest > 1e-4
+
+
+@pytest.mark.parametrize(
+    "keys", [{"use_kl_loss": True}, {"entropy_coeff": 0.01}, {"policy_loss": {"loss_mode": "clip_cov"}}]
+)
+def test_no_skip_when_zero_advantage_still_has_a_gradient(monkeypatch, tiny_model_dir, keys):
+    data = batch(128, (1,), off_policy=False)
+    if keys.get("use_kl_loss"):
+        data.batch["ref_log_prob"] = torch.full((ROWS, RESPONSE), -2.0) * data.batch["response_mask"]
+    _, _, calls = update(monkeypatch, tiny_model_dir, data, True, None, False, **keys)
+    assert sum(n for n, grad in calls if grad) == ROWS
