@@ -58,6 +58,7 @@ MAY_CHANGE = (
     "*.enable_gradient_checkpointing",
     "*.use_remove_padding",
     "*.share_prompts",
+    "*.skip_zero_advantage",
     "*.log_prob_chunk_size",
     "trainer.balance_batch",
     "reward_model.num_workers",
