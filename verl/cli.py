@@ -429,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     from verl.report.cli import add_parser as add_report
 
     _add_debug(add_report(sub))
-    add_doctor(sub)
+    _add_debug(add_doctor(sub))
     return parser
 
 

@@ -63,6 +63,11 @@ class BatchReport:
     dp: int = 1
     seq_len: int = 0
 
+    def add_pass(self, title: str, lines: list[Explained], forward: ForwardPass) -> None:
+        """A section whose lines explain one forward (and maybe backward) pass."""
+        self.sections.append((title, lines))
+        self.passes[forward.phase] = forward
+
 
 def _key(config: Any, key: str) -> str:
     """``key (value)`` as the lines write a setting; null for unset."""
@@ -349,8 +354,7 @@ def explain_batches(
         seq,
         lengths,
     )
-    report.sections.append(("actor update", lines))
-    report.passes[update.phase] = update
+    report.add_pass("actor update", lines, update)
 
     if old_log_probs == "recompute":
         lines, lp = _forward_lines(
@@ -363,8 +367,7 @@ def explain_batches(
             seq,
             lengths,
         )
-        report.sections.append(("old log-prob pass", lines))
-        report.passes[lp.phase] = lp
+        report.add_pass("old log-prob pass", lines, lp)
     else:
         why = {
             "from_rollout": "the engine's own log-probs are π_old",
@@ -387,8 +390,7 @@ def explain_batches(
             seq,
             lengths,
         )
-        report.sections.append(("reference log-prob pass", lines))
-        report.passes[rp.phase] = rp
+        report.add_pass("reference log-prob pass", lines, rp)
     if critic:
         lines, vp = _forward_lines(
             config,
@@ -401,8 +403,7 @@ def explain_batches(
             lengths,
             head=False,
         )
-        report.sections.append(("critic value pass", lines))
-        report.passes[vp.phase] = vp
+        report.add_pass("critic value pass", lines, vp)
         mini_key = (
             _key(config, "critic.ppo_mini_batch_size")
             if config.critic.ppo_mini_batch_size is not None
@@ -426,8 +427,7 @@ def explain_batches(
             lengths,
             head=False,
         )
-        report.sections.append(("critic update", lines))
-        report.passes[cp.phase] = cp
+        report.add_pass("critic update", lines, cp)
     return report
 
 

@@ -48,18 +48,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         nargs="*",
         help="key=value config overrides, as for verl run (e.g. actor_rollout_ref.rollout.n=4)",
     )
-    doctor.add_argument(
-        "--debug",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="show the Python traceback of user errors too (same as VERL_DEBUG=1)",
-    )
     doctor.set_defaults(func=cmd_doctor)
     return doctor
-
-
-def _debug(args: argparse.Namespace) -> bool:
-    return bool(getattr(args, "debug", False)) or os.environ.get("VERL_DEBUG", "") not in ("", "0")
 
 
 def cmd_doctor(args: argparse.Namespace, out: Any = None) -> int:
@@ -67,7 +57,7 @@ def cmd_doctor(args: argparse.Namespace, out: Any = None) -> int:
 
     A config error is printed as ``verl run`` prints it (``config error: ...`` on stderr); with ``--json`` the
     JSON on stdout carries it too."""
-    from verl.cli import _config_source
+    from verl.cli import _config_source, _debug
     from verl.config import ConfigError
     from verl.doctor.render import render_text, report_json, use_colour
     from verl.doctor.report import diagnose
@@ -90,18 +80,3 @@ def cmd_doctor(args: argparse.Namespace, out: Any = None) -> int:
     else:
         out.write(render_text(report, colour=use_colour(out)))
     return report.exit_code
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m verl.doctor.cli``: the command on its own, until ``verl`` registers it."""
-    parser = argparse.ArgumentParser(prog="verl")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args, extra = parser.parse_known_args(["doctor", *(sys.argv[1:] if argv is None else argv)])
-    if any(arg.startswith("-") for arg in extra):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    args.overrides = [*args.overrides, *extra]
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -40,6 +40,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from verl.doctor.batches import BatchReport, ForwardPass
+from verl.utils.units import MiB, fmt_bytes
 from verl.workers.errors import (
     ACTOR_UPDATE_KNOBS,
     CRITIC_UPDATE_KNOBS,
@@ -49,8 +50,6 @@ from verl.workers.errors import (
     VALUES_KNOBS,
     knob_advice,
 )
-
-MiB, GiB = 1 << 20, 1 << 30
 
 RUNTIME_CPU_BYTES = 512 * MiB
 """one process's Python runtime with torch, transformers and verl imported: 463 MiB measured on the CI image
@@ -247,17 +246,6 @@ class Estimate:
 
     def devices(self) -> list[str]:
         return ["gpu", "cpu"] if self.on_gpu else ["cpu"]
-
-
-def fmt_bytes(n: float) -> str:
-    """``12.3 GiB`` / ``456.0 MiB`` / ``789 B``."""
-    if abs(n) >= GiB:
-        return f"{n / GiB:.2f} GiB"
-    if abs(n) >= MiB:
-        return f"{n / MiB:.1f} MiB"
-    if abs(n) >= 1024:
-        return f"{n / 1024:.1f} KiB"
-    return f"{int(n)} B"
 
 
 def fmt_count(n: int) -> str:

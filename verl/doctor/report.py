@@ -39,7 +39,6 @@ from verl.doctor.memory import (
     count_model,
     dtype_bytes,
     estimate_memory,
-    fmt_bytes,
     fmt_count,
     lora_parameters,
     lora_settings,
@@ -47,6 +46,7 @@ from verl.doctor.memory import (
     state_knobs,
 )
 from verl.doctor.models import ModelSource, checkpoint_dtype_bytes, model_at, policy_model
+from verl.utils.units import fmt_bytes
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from verl.errors import InputError
+from verl.trainer.run_dir import CONFIG_FILE, RUN_FILE, VALIDATION_DIR
 from verl.utils.trackers import redact_yaml
 
 METRICS_FILE = "metrics.jsonl"
-CONFIG_FILE = "config.yaml"
-RUN_INFO_FILE = "run.json"
-VALIDATION_DIR = "validation"
 TRACE_FILE = "trace.html"
 
 
@@ -260,7 +258,7 @@ def load_run(run_dir: str | os.PathLike[str], max_rows: int = 200) -> RunData:
             "JSON line of metrics per step when trainer.logger includes jsonl"
         )
     config_text, config = _read_config(run_dir / CONFIG_FILE)
-    run_info, run_info_error = _read_run_info(run_dir / RUN_INFO_FILE)
+    run_info, run_info_error = _read_run_info(run_dir / RUN_FILE)
     trace = run_dir / TRACE_FILE
     return RunData(
         run_dir=run_dir,

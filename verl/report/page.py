@@ -10,7 +10,6 @@ import html
 import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Any
 from urllib.parse import quote
 
 from verl.report.data import ReportError, RunData, Series, ValidationStep, load_run
+from verl.utils.checkpoint import atomic_write_bytes
 
 GENERATOR = "verl report"
 GENERATOR_META = f'<meta name="generator" content="{GENERATOR}">'
@@ -656,26 +656,12 @@ def _check_output(output: Path) -> None:
         )
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to a temp file beside ``path``, then rename it over ``path``: a browser reloading the
-    page, or a second ``verl report``, never sees half a file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)  # mkstemp makes it 0600
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def build_report(run_dir: str | os.PathLike[str], output: str | os.PathLike[str] | None = None) -> Path:
     """Write the HTML report of ``run_dir`` to ``output`` (default ``<run_dir>/report.html``) and return its
     path. A file already there is replaced only when it is an earlier report; anything else is refused."""
     data = load_run(run_dir, max_rows=MAX_ROWS_PER_STEP)
     out = Path(output).expanduser() if output is not None else data.run_dir / DEFAULT_NAME
     _check_output(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(out, render_report(data, out))
+    # Atomic: a browser reloading the page, or a second `verl report`, never sees half a file.
+    atomic_write_bytes(out, render_report(data, out).encode("utf-8"), readable=True)
     return out

@@ -272,7 +272,7 @@ class Controller:
                 self.recorder.mark(node.trace, "running")
             node.started = time.perf_counter()
             result = self._call(node, kwargs)
-            if self._flow_log.wanted(f"{node.label} [{node.name}]"):
+            if self._flow_log.wanted(_flow_label(node)):
                 try:
                     self._log_data_flow(node, kwargs, result)
                 except Exception:  # a debugging aid never fails the step
@@ -374,19 +374,19 @@ class Controller:
 
     def _log_data_flow(self, node: _Node, kwargs: dict[str, Any], result: Any) -> None:
         sources = {
-            name: f"{value.producer.label} [{value.producer.name}]"
+            name: _flow_label(value.producer)
             if isinstance(value, DataChannel) and value.producer
             else "driver"
             for name, value in node.inputs.items()
         }
-        where = self._where(node.role) if node.role != DRIVER else "driver"
+        where = "driver" if node.role == DRIVER else self._where(node.role)
         where = (
             "the driver's process (inputs passed by reference)"
             if where == "driver"
             else f"{where} (inputs pickled across processes)"
         )
-        label = f"{node.label} [{node.name}]"
-        self._flow_log.log(label, kwargs, sources, where, result, time.perf_counter() - node.started)
+        seconds = time.perf_counter() - node.started
+        self._flow_log.log(_flow_label(node), kwargs, sources, where, result, seconds)
 
     def _where(self, role: str) -> str:
         group = self.groups.get(role)
@@ -469,3 +469,8 @@ class Controller:
 
     def __exit__(self, *exc: Any) -> None:
         self.shutdown()
+
+
+def _flow_label(node: _Node) -> str:
+    """``role.method [name]``: one data-flow entry per distinct step of the DAG."""
+    return f"{node.label} [{node.name}]"

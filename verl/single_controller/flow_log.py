@@ -14,16 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from verl.single_controller.trace import estimate_nbytes
+from verl.utils.units import fmt_bytes
 
 logger = logging.getLogger("verl.dataflow")
-
-
-def human_bytes(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
 
 
 def _tensor(value: Any) -> str:
@@ -39,13 +32,13 @@ def describe_value(value: Any) -> str:
     if hasattr(value, "batch") and hasattr(value, "non_tensor_batch"):
         columns = [f"{k} {_tensor(v)}" for k, v in value.batch.items()]
         columns += [f"{k} object[{len(v)}]" for k, v in value.non_tensor_batch.items()]
-        return f"DataProto({len(value)} rows: {', '.join(columns)}; {human_bytes(estimate_nbytes(value))})"
+        return f"DataProto({len(value)} rows: {', '.join(columns)}; {fmt_bytes(estimate_nbytes(value))})"
     if hasattr(value, "shape") and hasattr(value, "dtype"):
-        return f"{_tensor(value)} ({human_bytes(estimate_nbytes(value))})"
+        return f"{_tensor(value)} ({fmt_bytes(estimate_nbytes(value))})"
     if isinstance(value, Mapping):
         return "{" + ", ".join(f"{k}: {describe_value(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list | tuple):
-        return f"{type(value).__name__} of {len(value)} ({human_bytes(estimate_nbytes(value))})"
+        return f"{type(value).__name__} of {len(value)} ({fmt_bytes(estimate_nbytes(value))})"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 

@@ -16,7 +16,6 @@ import html
 import json
 import os
 import pickle
-import tempfile
 import threading
 import time
 from collections import deque
@@ -27,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from verl.utils.checkpoint import atomic_write_bytes
 
 __all__ = [
     "STATES",
@@ -441,18 +442,7 @@ def write_html(
 ) -> Path:
     """Write the page atomically, so a browser reloading it during a run never sees half a file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = render_html(recorder, title, meta)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        # mkstemp makes the file private (0600); a report should stay readable like the page it replaces.
-        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, render_html(recorder, title, meta).encode("utf-8"), readable=True)
     return path
 
 

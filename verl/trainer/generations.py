@@ -9,7 +9,6 @@ reward's extra fields. ``verl report`` shows the validation files of a run.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from verl.protocol import DataProto
-from verl.report.data import VALIDATION_DIR  # noqa: F401 - the run directory's folder, re-exported
+from verl.utils.checkpoint import atomic_write_bytes
 from verl.utils.trackers import jsonable
 from verl.workers.reward.manager import response_mask, trajectory_mask
 
@@ -84,14 +83,9 @@ def generation_records(
 
 def dump_generations(directory: str | Path, step: int, records: Sequence[Mapping[str, Any]]) -> Path:
     """Write ``<directory>/<step>.jsonl`` (whole or not at all: a temporary file, then renamed)."""
-    directory = Path(directory).expanduser()
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{step}.jsonl"
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for record in records:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    path = Path(directory).expanduser() / f"{step}.jsonl"
+    text = "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+    atomic_write_bytes(path, text.encode("utf-8"), readable=True)
     return path
 
 

@@ -31,7 +31,6 @@ from verl.trainer.checkpointing import Checkpointer, drop_metrics_after
 from verl.trainer.controllers import load_controller_class, load_step_function
 from verl.trainer.generations import (
     TABLE_COLUMNS,
-    VALIDATION_DIR,
     decode_samples,
     dump_generations,
     generation_records,
@@ -47,7 +46,7 @@ from verl.trainer.metrics import (
 )
 from verl.trainer.plan import StepPlan
 from verl.trainer.prepare import check_inputs
-from verl.trainer.run_dir import RunDirectory, RunPlan, write_run_config
+from verl.trainer.run_dir import VALIDATION_DIR, RunDirectory, RunPlan, write_run_config
 from verl.trainer.seed_api import apply_seed_arguments
 from verl.trainer.step import StepFn
 from verl.utils.checkpoint import rng_state, set_rng_state
@@ -107,6 +106,7 @@ class RLTrainer:
         )
         self.step_fn: StepFn = load_step_function(config.trainer.step, self.controller)
         self.global_steps = 0
+        self.tracking: Tracking | None = None  # fit()'s trackers, which validation tables go to
         self._register_roles(
             dict(reward_fn=reward_fn, val_reward_fn=val_reward_fn, compute_score=compute_score)
         )
@@ -420,10 +420,9 @@ class RLTrainer:
         cfg = self.config.trainer
         directory = cfg.validation_data_dir or Path(cfg.default_local_dir).expanduser() / VALIDATION_DIR
         dump_generations(directory, step, records)
-        tracking = getattr(self, "tracking", None)
-        if cfg.log_val_generations > 0 and tracking is not None:
+        if cfg.log_val_generations > 0 and self.tracking is not None:  # None outside fit()
             rows = table_rows(records, cfg.log_val_generations)
-            tracking.log_table("val/generations", TABLE_COLUMNS, rows, step)
+            self.tracking.log_table("val/generations", TABLE_COLUMNS, rows, step)
 
 
 def _value(item: Any) -> Any:

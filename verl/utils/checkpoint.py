@@ -56,8 +56,10 @@ def tmp_step_dir(root: str | Path, step: int) -> Path:
     return Path(root).expanduser() / f"{PREFIX}{step}{TMP_SUFFIX}"
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same directory and a rename."""
+def atomic_write_bytes(path: Path, data: bytes, *, readable: bool = False) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same directory and a rename. The file is
+    private (mkstemp's 0600) unless ``readable``: then it keeps the mode of the file it replaces, or 0644
+    (pages and generation files people open)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -65,6 +67,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        if readable:
+            os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

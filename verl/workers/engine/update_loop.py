@@ -114,9 +114,7 @@ def _run_update(model: TrainedModel, update: RoleUpdate[C]) -> dict[str, float]:
             with torch.no_grad():  # their metric shares, e.g. the entropy; no graph, no backward
                 for micro in micro_batches(skipped, plan.micro_batch_size, plan.max_tokens)[0]:
                     update.micro_batch_loss(micro, context, shares)
-        if (
-            not micros
-        ):  # every row skipped: the zero gradient a backward would have left, so AdamW still steps
+        if not micros:  # every row skipped: the zero gradient their backward would leave; AdamW still steps
             for param in model.trained.parameters():
                 if param.requires_grad and param.grad is None:
                     param.grad = torch.zeros_like(param)
