@@ -67,6 +67,7 @@ def machine_info(threads: int) -> dict[str, Any]:
     import transformers
 
     import verl
+    from verl.utils.cpu import read_cpuinfo
 
     return {
         "verl": verl.__version__,
@@ -77,6 +78,7 @@ def machine_info(threads: int) -> dict[str, Any]:
         "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_bf16": read_cpuinfo().bf16_fast,  # avx512_bf16 or AMX: bf16 runs on hardware, not emulated
         "torch_threads": threads,
         "device": "cpu",
         "attn_implementation": attn_implementation(),

@@ -15,7 +15,9 @@ baseline and the fastest configuration side by side. vLLM (when installed) runs 
 from __future__ import annotations
 
 import functools
+import numbers
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,21 +100,33 @@ def step_config(case: Case, out_dir: str) -> Any:
             *micro_batch_overrides(case.params["micro_batch"]),
             *TRAINING[case.params.get("training", "padded")],
             *prompt_overrides(case.params.get("prompts")),
+            *case.params.get("overrides", ()),  # a variant's own settings (benchmarks/compute_dtype.py)
         ],
     )
+
+
+def step_runner(trainer: RLTrainer) -> Callable[[], dict[str, float]]:
+    """A function that runs the trainer's next RL step (its next batch of prompts, as ``fit()`` draws them)
+    and returns the step's numeric metrics. Also used by ``benchmarks/vs_trl.py``."""
+    collate = functools.partial(collate_rl, pad_token_id=trainer.tokenizer.pad_token_id)
+    batches = iterate_batches(trainer.train_dataset, trainer.sampler, collate, num_epochs=None)
+
+    def run() -> dict[str, float]:
+        metrics = trainer.train_step(trainer.global_steps + 1, next(batches), batches)
+        return {k: float(v) for k, v in metrics.items() if isinstance(v, numbers.Real)}
+
+    return run
 
 
 def setup(case: Case) -> Prepared:
     out_dir = tempfile.TemporaryDirectory(prefix="verl-bench-step-")
     config = step_config(case, out_dir.name)
     trainer = RLTrainer(config)
-    collate = functools.partial(collate_rl, pad_token_id=trainer.tokenizer.pad_token_id)
-    batches = iterate_batches(trainer.train_dataset, trainer.sampler, collate, num_epochs=None)
+    train_step = step_runner(trainer)
 
     def run() -> dict[str, Any]:
-        metrics = trainer.train_step(trainer.global_steps + 1, next(batches), batches)
         keep = ("timing_s/", "perf/", "response_length/mean")
-        return {k: float(v) for k, v in metrics.items() if k.startswith(keep)}
+        return {k: v for k, v in train_step().items() if k.startswith(keep)}
 
     def close() -> None:
         trainer.shutdown()

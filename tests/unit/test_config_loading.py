@@ -61,7 +61,7 @@ def test_default_recipe_values() -> None:
     assert cfg[ARR].rollout.val_kwargs.temperature == 0.0 and cfg[ARR].rollout.val_kwargs.do_sample is False
     assert cfg[ARR].actor.policy_loss.loss_mode == "vanilla"
     assert cfg.algorithm.kl_ctrl.kl_coef == pytest.approx(0.001)
-    assert cfg.data.seed is None and cfg.trainer.torch_threads == 1
+    assert cfg.data.seed is None and cfg.trainer.torch_threads == "auto"
 
 
 def test_verl_home_env(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -155,7 +155,14 @@ def refused(*overrides: str, schema: type | None = None) -> str:
         (["trainer.test_freq=0"], "trainer.test_freq must be -1 (never) or >= 1; got 0"),
         (["trainer.save_freq=-2"], "trainer.save_freq must be -1 (never) or >= 1; got -2"),
         (["trainer.critic_warmup=-1"], "trainer.critic_warmup must be >= 0; got -1"),
-        (["trainer.torch_threads=0"], "trainer.torch_threads must be >= 1 or null (torch's default); got 0"),
+        (
+            ["trainer.torch_threads=0"],
+            "trainer.torch_threads must be auto, an integer >= 1 or null (torch's default); got 0",
+        ),
+        (
+            ["trainer.torch_threads=many"],
+            "trainer.torch_threads must be auto, an integer >= 1 or null (torch's default); got 'many'",
+        ),
         (["trainer.seed=-1"], "trainer.seed must be in [0, 4294967295]; got -1"),
         ([f"trainer.seed={2**32}"], "trainer.seed must be in [0, 4294967295]; got 4294967296"),
         (["prepare.seed=-7"], "prepare.seed must be in [0, 4294967295] or null (trainer.seed); got -7"),

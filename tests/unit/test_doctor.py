@@ -13,6 +13,7 @@ from verl.doctor import environment as env
 from verl.doctor.batches import explain_batches
 from verl.doctor.cli import add_parser, cmd_doctor
 from verl.doctor.memory import Models, count_model, estimate_memory, lora_parameters
+from verl.utils.cpu import parse_cpuinfo
 
 ARR = "actor_rollout_ref"
 
@@ -390,13 +391,13 @@ flags\t\t: fpu sse2 avx avx2 avx512f avx512_bf16 amx_tile amx_bf16 avx512_vnni
 
 
 def test_cpu_flags_are_parsed_from_cpuinfo():
-    cpu = env.parse_cpuinfo(CPUINFO)
+    cpu = parse_cpuinfo(CPUINFO)
     assert cpu.model == "Intel(R) Xeon(R) Platinum 8480+"
     assert {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_vnni"} <= cpu.flags
     assert cpu.bf16_fast
-    old = env.parse_cpuinfo("model name\t: Old CPU\nflags\t\t: sse2 avx avx2\n")
+    old = parse_cpuinfo("model name\t: Old CPU\nflags\t\t: sse2 avx avx2\n")
     assert old.flags == {"sse2", "avx", "avx2"} and not old.bf16_fast
-    arm = env.parse_cpuinfo("processor\t: 0\nFeatures\t: fp asimd bf16\n")
+    arm = parse_cpuinfo("processor\t: 0\nFeatures\t: fp asimd bf16\n")
     assert "asimd" in arm.flags and not arm.bf16_fast
 
 
@@ -471,7 +472,7 @@ def test_a_70b_model_on_the_cpu_does_not_fit(tmp_path, capsys, monkeypatch):
 
     # a machine of 64 GiB whatever this one has: a 70B model's fp32 weights alone are 263 GiB
     memory = env.MemoryInfo(total=64 * 2**30, available=60 * 2**30)
-    machine = env.Machine(env.parse_cpuinfo(CPUINFO), cores=8, cpu_quota=None, memory=memory)
+    machine = env.Machine(parse_cpuinfo(CPUINFO), cores=8, cpu_quota=None, memory=memory)
     monkeypatch.setattr(report, "read_machine", lambda: machine)
 
     model = tmp_path / "llama-70b"

@@ -81,9 +81,9 @@ def test_recipe_lines_say_which_recipe_and_why() -> None:
     overrides = [f"{ARR}.model.path=/my/model"]
     head, settings = recipe_lines(None, overrides, command_line(overrides))
     assert head.startswith("recipe: grpo_verl (actor_rollout_ref.model.path given")
-    assert "lr 1e-06" in settings and "prompt tokens 512" in settings and "torch threads default" in settings
+    assert "lr 1e-06" in settings and "prompt tokens 512" in settings and "torch threads auto" in settings
     head, settings = recipe_lines(None, [], load_config(None))
-    assert head.startswith("recipe: grpo (the demo") and "torch threads 1" in settings
+    assert head.startswith("recipe: grpo (the demo") and "torch threads auto" in settings
     assert recipe_lines("ppo_trainer", [], load_config("ppo_trainer"))[0] == "recipe: ppo_trainer"
 
 

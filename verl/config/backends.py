@@ -36,6 +36,8 @@ FSDP_SECTIONS = (
     "critic.model.fsdp_config",
 )
 """the fsdp_config section of each role FSDP2 shards"""
+COMPUTE_DTYPE_LEAF = "mixed_precision.param_dtype"
+"""the fsdp_config key every strategy reads: the dtype a role computes in (`verl.utils.precision`)"""
 DTYPE_NAMES = ("fp32", "float32", "bf16", "bfloat16", "fp16", "float16")
 """dtype names a config accepts (verl's short ones and torch's; verl.models.loading.DTYPES)"""
 REWARD_MANAGERS_WITHOUT_OVERLONG = ("naive", "batch")
@@ -244,6 +246,7 @@ def _fsdp_notices(cfg: DictConfig) -> list[str]:
                 f"{key}.{leaf}={as_written(value)} has no effect with strategy={strategy} (it configures FSDP2: "
                 "set actor_rollout_ref.actor.strategy=fsdp2)"
                 for leaf, value in changed
+                if leaf != COMPUTE_DTYPE_LEAF
             )
             continue
         if section.mixed_precision.buffer_dtype not in ("fp32", "float32"):
@@ -270,17 +273,24 @@ def _changed_leaves(section: DictConfig, default: DictConfig, prefix: str = "") 
 
 
 def _fsdp_errors(cfg: DictConfig) -> list[str]:
-    if training_strategy(cfg) != "fsdp2":
-        return []
+    sharded = training_strategy(cfg) == "fsdp2"
     errors = []
     ranks = _ranks(cfg)
     for key, section in _fsdp_sections(cfg):
         mp = section.mixed_precision
-        for name, value in (("param_dtype", mp.param_dtype), ("reduce_dtype", mp.reduce_dtype)):
+        # param_dtype is the compute dtype of the plain strategy too (autocast); the rest is FSDP2's alone.
+        checked = (
+            (("param_dtype", mp.param_dtype), ("reduce_dtype", mp.reduce_dtype))
+            if sharded
+            else (("param_dtype", mp.param_dtype),)
+        )
+        for name, value in checked:
             if value is not None and value not in DTYPE_NAMES:
                 errors.append(
                     f"{key}.mixed_precision.{name}={as_written(value)}: not a dtype; use one of {', '.join(DTYPE_NAMES)}"
                 )
+        if not sharded:
+            continue
         size = section.fsdp_size
         if size == 0 or size < -1:
             errors.append(f"{key}.fsdp_size={size}: give -1 (all ranks) or a number of ranks >= 1")

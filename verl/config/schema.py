@@ -337,8 +337,9 @@ class TrainerSection:
     balance_batch: bool = True
     """with several data-parallel workers, reorder each step's samples so that every worker gets about
     the same number of tokens (metrics global_seqlen/*)"""
-    torch_threads: Optional[int] = None
-    """torch intra-op CPU threads; None = torch default"""
+    torch_threads: Optional[Any] = "auto"
+    """torch intra-op CPU threads: a number, null (torch's default: one per core), or auto (each computing
+    process's share of the usable cores; one thread for a model under 2M parameters), logged at start"""
 
 
 @dataclass

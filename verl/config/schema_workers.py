@@ -17,8 +17,10 @@ class MixedPrecisionConfig:
     """``fsdp_config.mixed_precision``: dtypes of FSDP2's gathered parameters and gradient reduction."""
 
     param_dtype: Optional[str] = None
-    """dtype the gathered parameters compute in (bf16 | fp16 | fp32); None = bf16 on a GPU (verl's default),
-    the weights' own dtype on a CPU. The shards and the optimizer keep the weights' dtype"""
+    """dtype the role computes in (bf16 | fp16 | fp32): FSDP2's gathered parameters, or (strategy dp) an
+    autocast around the model's body, the LM head and log-softmax staying fp32. None = bf16 on a GPU (verl's
+    default); on a CPU bf16 with strategy dp where the CPU has bf16 instructions (avx512_bf16 / AMX) and the
+    model has >= 2M parameters, else the weights' dtype. The weights and the optimizer keep their dtype"""
     reduce_dtype: str = "fp32"
     """dtype gradients are reduced (reduce-scattered) in"""
     buffer_dtype: str = "fp32"
@@ -329,7 +331,8 @@ class RolloutConfig:
     max_model_len: Optional[int] = None
     """vllm: longest prompt + response the engine accepts; None = data.max_prompt_length + max_response_length"""
     dtype: Optional[str] = None
-    """vllm: dtype the engine generates in; None = the actor's weights' dtype (model.torch_dtype)"""
+    """dtype the engine generates in; None = the actor's compute dtype (fast, hf: the actor's
+    fsdp_config.mixed_precision.param_dtype as resolved) or the actor's weights' dtype (vllm)"""
     enforce_eager: Optional[bool] = None
     """vllm: no CUDA graphs / torch.compile; None = true on a CPU (compiling costs more than it saves for
     short runs), false on a GPU (verl's default)"""

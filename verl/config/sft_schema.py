@@ -105,8 +105,9 @@ class SFTTrainerSection:
     """metric sinks: console | jsonl (or file) | tensorboard | wandb | mlflow, as trainer.logger of verl run"""
     test_freq: int = -1
     """validate every this many steps: not built yet (no validation pass), so only -1 (never) is accepted"""
-    torch_threads: Optional[int] = None
-    """torch intra-op CPU threads; None = torch default"""
+    torch_threads: Optional[Any] = "auto"
+    """torch intra-op CPU threads: a number, null (torch's default: one per core), or auto (each computing
+    process's share of the usable cores; one thread for a model under 2M parameters), logged at start"""
 
 
 @dataclass

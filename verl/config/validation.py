@@ -24,6 +24,7 @@ from verl.config.reward_fns import term_config_problems
 from verl.config.schema import TrainerConfig
 from verl.config.sizes import TOKEN_BUDGET_KEYS, derive_sizes, token_budgets
 from verl.tools.config import TOOLS_DIR, tool_config_file
+from verl.utils.threads import AUTO
 from verl.utils.trackers import BUILT as BUILT_TRACKERS
 from verl.utils.trackers import missing_packages
 
@@ -128,6 +129,14 @@ def _seed(errors: list[str], key: str, value: Any, null: str = "") -> None:
     _in_range(errors, key, value, 0, MAX_SEED, null=null)
 
 
+def _torch_threads(errors: list[str], key: str, value: Any) -> None:
+    """A thread count >= 1, auto, or null (torch's default)."""
+    if value is None or value == AUTO:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        errors.append(f"{key} must be {AUTO}, an integer >= 1 or null (torch's default); got {value!r}")
+
+
 def _files(errors: list[str], key: str, value: Any) -> None:
     try:
         as_file_list(value)
@@ -162,7 +171,7 @@ def _trainer_loop_errors(errors: list[str], trainer: Any) -> None:
     )
     _at_least(errors, "trainer.total_epochs", trainer.total_epochs, 1)
     _seed(errors, "trainer.seed", trainer.seed)
-    _at_least(errors, "trainer.torch_threads", trainer.torch_threads, 1, null="torch's default")
+    _torch_threads(errors, "trainer.torch_threads", trainer.torch_threads)
     if "log_val_generations" in trainer:  # RL only
         _at_least(errors, "trainer.log_val_generations", trainer.log_val_generations, 0)
     for name in trainer.logger:

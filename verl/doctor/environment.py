@@ -25,6 +25,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from verl.doctor.matrix import BREAKS_TRANSFORMERS, CLASH_CHECKED, PACKAGES, PYTHON, Supported
+from verl.utils.cpu import CpuInfo, read_cpuinfo, usable_cores
+
+# the CPU, for doctor's callers
 
 # --------------------------------------------------------------------------------------------------------------
 # package metadata
@@ -224,69 +227,6 @@ def package_rows(
 # --------------------------------------------------------------------------------------------------------------
 # CPU
 # --------------------------------------------------------------------------------------------------------------
-
-CPU_FEATURES: dict[str, str] = {
-    "avx2": "the vectorised kernels torch's CPU build expects at least",
-    "avx512f": "AVX-512: wider fp32 kernels",
-    "avx512_bf16": "bf16 dot products: torch_dtype=bfloat16 runs on a fast path",
-    "amx_tile": "AMX tiles (with amx_bf16: bf16 matrix multiplies in hardware)",
-    "amx_bf16": "AMX bf16: the fastest bf16 matrix multiplies on a CPU",
-    "avx512_vnni": "int8 dot products (quantised inference)",
-}
-"""the /proc/cpuinfo flags that matter here, and what each one means for a run"""
-
-BF16_FAST_FLAGS = ("avx512_bf16", "amx_bf16")
-"""without either, bf16 on a CPU is emulated: slower than fp32, not faster"""
-
-
-@dataclass(frozen=True)
-class CpuInfo:
-    """The CPU model and its feature flags (from /proc/cpuinfo)."""
-
-    model: str
-    flags: frozenset[str]
-
-    @property
-    def bf16_fast(self) -> bool:
-        return any(flag in self.flags for flag in BF16_FAST_FLAGS)
-
-
-def parse_cpuinfo(text: str) -> CpuInfo:
-    """The first processor's ``model name`` and ``flags`` of a /proc/cpuinfo text (empty when absent, e.g.
-    on a non-Linux system or an ARM CPU, which names its ``Features`` instead)."""
-    model, flags = "", frozenset()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip().lower()
-        if key == "model name" and not model:
-            model = value.strip()
-        elif key in ("flags", "features") and not flags:
-            flags = frozenset(value.split())
-    return CpuInfo(model or platform.processor() or "unknown", flags)
-
-
-def read_cpuinfo(path: str = "/proc/cpuinfo") -> CpuInfo:
-    try:
-        return parse_cpuinfo(Path(path).read_text())
-    except OSError:
-        return parse_cpuinfo("")
-
-
-def usable_cores(cgroup_root: str = "/sys/fs/cgroup") -> tuple[int, float | None]:
-    """The cores this process may run on (``os.sched_getaffinity``) and the cgroup's CPU quota in cores
-    (``cpu.max``), None when there is none."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    quota = None
-    try:
-        limit, period = Path(cgroup_root, "cpu.max").read_text().split()[:2]
-        if limit != "max":
-            quota = int(limit) / int(period)
-    except (OSError, ValueError):
-        pass
-    return cores, quota
 
 
 # --------------------------------------------------------------------------------------------------------------

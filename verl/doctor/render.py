@@ -6,9 +6,10 @@ import os
 import sys
 from typing import Any
 
-from verl.doctor.environment import ABSENT, CLASH, CPU_FEATURES, MISSING, OK, TOO_OLD, UNTESTED
+from verl.doctor.environment import ABSENT, CLASH, MISSING, OK, TOO_OLD, UNTESTED
 from verl.doctor.memory import ACCURACY, PHASE_NAMES
 from verl.doctor.report import Report
+from verl.utils.cpu import CPU_FEATURES
 from verl.utils.units import fmt_bytes
 
 COLOURS = {OK: "32", UNTESTED: "33", TOO_OLD: "31", CLASH: "31", MISSING: "31", "fits": "32", "FAIL": "31"}

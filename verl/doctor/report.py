@@ -435,7 +435,7 @@ def _machine_warnings(report: Report, config: Any, machine: Machine) -> None:
             "is emulated on this CPU, slower than float32"
         )
     threads = config.trainer.torch_threads
-    if threads and int(threads) > machine.cores:
+    if isinstance(threads, int) and threads > machine.cores:
         report.warnings.append(f"cpu: trainer.torch_threads={threads} but {machine.cores} cores are usable")
     for row in report.packages:
         if row.status == UNTESTED and row.installed:

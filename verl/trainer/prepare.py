@@ -363,8 +363,8 @@ def _sft_config(config: TrainerConfig, init_path: Path, train_files: list[str], 
         f"trainer.default_local_dir={json.dumps(str(out))}",
         f"trainer.seed={_warm_start_seed(config)}",
     ]
-    if config.trainer.torch_threads:
-        overrides.append(f"trainer.torch_threads={config.trainer.torch_threads}")
+    threads = config.trainer.torch_threads
+    overrides.append(f"trainer.torch_threads={'null' if threads is None else threads}")
     return load_config(None, overrides + sft_overrides(_plain(config.prepare.sft)), schema=SFTConfig)
 
 

@@ -50,7 +50,9 @@ from verl.trainer.run_dir import VALIDATION_DIR, RunDirectory, RunPlan, write_ru
 from verl.trainer.seed_api import apply_seed_arguments
 from verl.trainer.step import StepFn
 from verl.utils.checkpoint import rng_state, set_rng_state
-from verl.utils.seeding import configure_torch_threads, set_seed
+from verl.utils.precision import actor_compute_line
+from verl.utils.seeding import set_seed
+from verl.utils.threads import configure_torch_threads, threads_for_run
 from verl.utils.timing import marked_timer
 from verl.utils.tracking import Tracking
 from verl.workers.reward import REWARD_ERROR_KEY
@@ -91,7 +93,8 @@ class RLTrainer:
         terms = parse_reward_fns(config.reward_model.reward_fns)
         check_no_reward_fn_in_code(terms, reward_fn or val_reward_fn)  # the terms would be silently dropped
         self.sizes = derive_sizes(config)
-        configure_torch_threads(config.trainer.torch_threads)
+        self.threads = threads_for_run(config)
+        configure_torch_threads(self.threads)
         set_seed(config.trainer.seed)
         builtin_reward = (
             reward_fn is None
@@ -290,6 +293,8 @@ class RLTrainer:
     ) -> None:
         """The start-up lines: batch sizes, where the roles run, the step plan, what a resume changed."""
         tracking.write(self.sizes.describe())
+        tracking.write(self.threads.describe())
+        tracking.write(actor_compute_line(self.config))
         groups = ", ".join(f"{name} x{group.world_size}" for name, group in self.controller.groups.items())
         tracking.write(f"backend {self.config.trainer.backend}: {groups}")
         tracking.write(self.plan.describe())

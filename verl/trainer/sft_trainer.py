@@ -24,7 +24,8 @@ from verl.models import load_hf_model, tokenizer_for
 from verl.models.loading import check_fits_model, check_model_dir, resolve_dtype
 from verl.models.lora import apply_lora, merged_copy
 from verl.trainer.run_dir import RunDirectory
-from verl.utils.seeding import configure_torch_threads, set_seed
+from verl.utils.seeding import set_seed
+from verl.utils.threads import choose_torch_threads, configure_torch_threads
 from verl.utils.tracking import Tracking
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
 
@@ -98,7 +99,9 @@ def run_sft(config: Any) -> Path:
 
 def _train(config: Any, out_dir: Path) -> None:
     trainer_cfg = config.trainer
-    configure_torch_threads(trainer_cfg.torch_threads)
+    threads = choose_torch_threads(trainer_cfg.torch_threads, model_path=config.model.path)
+    configure_torch_threads(threads)
+    logger.info(threads.describe())
     set_seed(trainer_cfg.seed)
     tokenizer = tokenizer_for(config.model, "model")
     dataset = SFTDataset(

@@ -124,9 +124,10 @@ class Actor(TrainedModel):
         remove_padding: bool = False,
         chunk_size: int = 0,
         share_prompts: bool = False,
+        compute_dtype: torch.dtype | None = None,
         **kwargs: Any,
     ) -> None:
-        scorer = PolicyScorer(unwrap(hf_model), remove_padding, chunk_size, share_prompts)
+        scorer = PolicyScorer(unwrap(hf_model), remove_padding, chunk_size, share_prompts, compute_dtype)
         super().__init__(hf_model, config, *args, scorer=scorer, **kwargs)
         self.policy_loss_fn = get_policy_loss_fn(config.policy_loss.loss_mode)
 

@@ -48,9 +48,15 @@ class Critic(TrainedModel):
     """
 
     def __init__(
-        self, hf_model: torch.nn.Module, config: Any, *args: Any, remove_padding: bool = False, **kwargs: Any
+        self,
+        hf_model: torch.nn.Module,
+        config: Any,
+        *args: Any,
+        remove_padding: bool = False,
+        compute_dtype: torch.dtype | None = None,
+        **kwargs: Any,
     ) -> None:
-        scorer = ValueScorer(unwrap(hf_model), remove_padding)
+        scorer = ValueScorer(unwrap(hf_model), remove_padding, compute_dtype)
         super().__init__(hf_model, config, *args, scorer=scorer, **kwargs)
 
     @torch.no_grad()

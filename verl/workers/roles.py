@@ -34,7 +34,9 @@ from verl.models.base_fingerprint import base_fingerprint, check_same_base, writ
 from verl.models.lora import adapters_disabled, apply_lora, has_adapters, merged_copy, plain_model_with
 from verl.protocol import DataProto
 from verl.single_controller import Dispatch, Worker, register
-from verl.utils.seeding import configure_torch_threads, set_seed
+from verl.utils.precision import role_compute_dtype, rollout_compute_dtype
+from verl.utils.seeding import set_seed
+from verl.utils.threads import configure_torch_threads, threads_for_run
 from verl.workers.actor import Actor, compute_log_prob
 from verl.workers.critic import Critic
 from verl.workers.engine.distributed import (
@@ -169,7 +171,7 @@ def setup_process(config: Any, rank: int) -> torch.device:
     forms only when the worker group set WORLD_SIZE > 1 (Ray backend); all ranks join it together.
     Returns the device the worker computes on.
     """
-    configure_torch_threads(config.trainer.torch_threads)
+    configure_torch_threads(threads_for_run(config))
     set_seed(config.trainer.seed + rank)
     device = resolve_device(config.trainer.device)
     if device.type == "cuda":
@@ -229,6 +231,13 @@ class ActorRolloutRefWorker(Worker):
             "share_prompts": model_cfg.share_prompts,
         }
         self.sharded = training_strategy(config) == "fsdp2"
+        self.compute = role_compute_dtype(
+            arr.actor.fsdp_config,
+            device=self.device,
+            model=self.actor_model,
+            sharded=self.sharded,
+            key="actor_rollout_ref.actor.fsdp_config",
+        )
         self.ref_model = self.ref_scorer = self.ref_offload = None
         self.ref_in_actor = need_ref and lora
         """the reference is the actor's own module with its adapters disabled (LoRA): no second copy"""
@@ -236,7 +245,14 @@ class ActorRolloutRefWorker(Worker):
             # The reference starts from the same weights and never trains: a deep copy (taken before the
             # actor is sharded) saves a second load.
             self.ref_model = copy.deepcopy(self.actor_model).eval().requires_grad_(False)
-            self.ref_scorer = PolicyScorer(self.ref_model, **scoring)
+            ref_compute = role_compute_dtype(
+                arr.ref.fsdp_config,
+                device=self.device,
+                model=self.ref_model,
+                sharded=self.sharded,
+                key="actor_rollout_ref.ref.fsdp_config",
+            )
+            self.ref_scorer = PolicyScorer(self.ref_model, **scoring, compute_dtype=ref_compute.dtype)
             if self.sharded:
                 key = "actor_rollout_ref.ref.fsdp_config"
                 shard(self.ref_scorer, self.ref_model, arr.ref.fsdp_config, self.device, key)
@@ -254,6 +270,7 @@ class ActorRolloutRefWorker(Worker):
             seed=config.trainer.seed,
             fsdp_config=arr.actor.fsdp_config if self.sharded else None,
             fsdp_key="actor_rollout_ref.actor.fsdp_config",
+            compute_dtype=self.compute.dtype,
             **scoring,
         )
 
@@ -276,6 +293,12 @@ class ActorRolloutRefWorker(Worker):
             arr.rollout.micro_batch_size,
             **options,
         )
+        if (
+            not rollout_cls.owns_weights
+        ):  # it computes with the actor's module: in the actor's dtype by default
+            self.rollout.compute_dtype = rollout_compute_dtype(
+                arr.rollout.dtype, self.compute, self.actor_model
+            )
         self.policy_version = 0
         """bumped by every update and checkpoint load: the version an engine with its own weights must hold"""
         tp = int(arr.rollout.tensor_model_parallel_size)
@@ -502,6 +525,13 @@ class CriticWorker(Worker):
             self.value_model, model_cfg, critic_cfg.optim, total_training_steps
         )
         sharded = training_strategy(config) == "fsdp2"
+        compute = role_compute_dtype(
+            model_cfg.fsdp_config,
+            device=self.device,
+            model=self.value_model,
+            sharded=sharded,
+            key="critic.model.fsdp_config",
+        )
         self.critic = Critic(
             self.value_model,
             critic_cfg,
@@ -509,6 +539,7 @@ class CriticWorker(Worker):
             lr_scheduler,
             seed=config.trainer.seed,
             remove_padding=remove_padding,
+            compute_dtype=compute.dtype,
             fsdp_config=model_cfg.fsdp_config if sharded else None,
             fsdp_key="critic.model.fsdp_config",
         )

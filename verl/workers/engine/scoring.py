@@ -28,6 +28,7 @@ from torch.utils.checkpoint import checkpoint
 
 from verl.models.kv_cache import cache_keyword, distinct_rows, leading_padding_columns, new_cache
 from verl.models.plumbing import activation_checkpointing_on
+from verl.utils.precision import compute_in
 from verl.workers.engine.distributed import all_reduce_max
 from verl.workers.engine.fsdp import needs_lockstep
 from verl.workers.engine.packing import pack, packed_positions
@@ -67,10 +68,17 @@ def token_logprobs_and_entropy(
 
 
 class _Scorer(torch.nn.Module):
-    def __init__(self, hf_model: torch.nn.Module, remove_padding: bool = False) -> None:
+    def __init__(
+        self,
+        hf_model: torch.nn.Module,
+        remove_padding: bool = False,
+        compute_dtype: torch.dtype | None = None,
+    ) -> None:
         super().__init__()
         self.hf_model = hf_model
         self.remove_padding = remove_padding
+        self.compute_dtype = compute_dtype
+        """autocast dtype of the model's body (`verl.utils.precision`); None computes in the weights' dtype"""
 
     def _run(
         self,
@@ -158,8 +166,9 @@ class PolicyScorer(_Scorer):
         remove_padding: bool = False,
         chunk_size: int = 0,
         share_prompts: bool = False,
+        compute_dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__(hf_model, remove_padding)
+        super().__init__(hf_model, remove_padding, compute_dtype)
         self.chunk_size = chunk_size
         config = getattr(hf_model, "config", None)
         self.plain_head = not any(getattr(config, key, None) for key in _SCALED_LOGITS)
@@ -183,20 +192,22 @@ class PolicyScorer(_Scorer):
         if self.share_prompts and needs_lockstep(self):
             # Sharing runs the decoder twice; every FSDP rank must make the same number of passes.
             left_padded = not all_reduce_max(int(not left_padded))
-        if self.plain_head and self.share_prompts and left_padded and not checkpointing:
-            hidden = shared_prompt_hidden(
-                self.hf_model.get_decoder(), input_ids, attention_mask, position_ids, response_mask
-            )
-            head = self.hf_model.get_output_embeddings()
-        elif self.plain_head:
-            hidden = self._run(
-                self.hf_model.get_decoder(), input_ids, attention_mask, position_ids, response_mask
-            )
-            head = self.hf_model.get_output_embeddings()
-        else:
-            hidden = self._run(self.hf_model, input_ids, attention_mask, position_ids, response_mask)
-            head = torch.nn.Identity()  # ``hidden`` are already the logits
-        log_probs, entropy = self._chunked_head(head, hidden, labels, temperature, with_entropy)
+        with compute_in(self.compute_dtype, input_ids.device):
+            if self.plain_head and self.share_prompts and left_padded and not checkpointing:
+                hidden = shared_prompt_hidden(
+                    self.hf_model.get_decoder(), input_ids, attention_mask, position_ids, response_mask
+                )
+                head = self.hf_model.get_output_embeddings()
+            elif self.plain_head:
+                hidden = self._run(
+                    self.hf_model.get_decoder(), input_ids, attention_mask, position_ids, response_mask
+                )
+                head = self.hf_model.get_output_embeddings()
+            else:
+                hidden = self._run(self.hf_model, input_ids, attention_mask, position_ids, response_mask)
+                head = torch.nn.Identity()  # ``hidden`` are already the logits
+            # The head computes in the autocast dtype too (as verl's); the log-softmax is always fp32.
+            log_probs, entropy = self._chunked_head(head, hidden, labels, temperature, with_entropy)
         log_probs = _scatter(log_probs, response_mask)
         return log_probs, (_scatter(entropy, response_mask) if with_entropy else None)
 
@@ -236,5 +247,6 @@ class ValueScorer(_Scorer):
         position_ids: torch.Tensor,
         response_mask: torch.Tensor,
     ) -> torch.Tensor:
-        values = self._run(self.hf_model, input_ids, attention_mask, position_ids, response_mask)
+        with compute_in(self.compute_dtype, input_ids.device):
+            values = self._run(self.hf_model, input_ids, attention_mask, position_ids, response_mask)
         return _scatter(values.squeeze(-1).float(), response_mask)

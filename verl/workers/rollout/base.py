@@ -277,6 +277,9 @@ class RolloutEngine:
     """the policy version an engine with its own weights holds (see VLLMRollout.sync_weights)"""
     returns_log_probs = False
     """whether responses come with the engine's log-probs (``rollout_log_probs``)"""
+    compute_dtype: torch.dtype | None = None
+    """an engine computing with the actor's module: its autocast dtype (`verl.utils.precision`), None for
+    the weights' own"""
     pad_token_id: int
     eos_token_ids: list[int]
 

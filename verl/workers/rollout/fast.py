@@ -36,6 +36,7 @@ import torch
 
 from verl.models.kv_cache import leading_padding_columns
 from verl.protocol import DataProto
+from verl.utils.precision import compute_in
 from verl.workers.rollout.base import (
     ROW_BUDGET_KEY,
     RolloutEngine,
@@ -147,7 +148,8 @@ class FastRollout(RolloutEngine):
         was_training = self.model.training
         self.model.eval()
         try:
-            outputs = [self._generate(chunk, sampling) for chunk in chunks]
+            with compute_in(self.compute_dtype, next(self.model.parameters()).device):
+                outputs = [self._generate(chunk, sampling) for chunk in chunks]
         finally:
             self.model.train(was_training)
         return DataProto.concat(outputs) if len(outputs) > 1 else outputs[0]

@@ -6,6 +6,7 @@ import torch
 from transformers import PreTrainedModel
 
 from verl.protocol import DataProto
+from verl.utils.precision import compute_in
 from verl.workers.rollout.base import (
     RolloutEngine,
     SamplingParams,
@@ -35,7 +36,8 @@ class HFRollout(RolloutEngine):
     @torch.no_grad()
     def generate_sequences(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
         chunks = prompts.split(self.micro_batch_size) if self.micro_batch_size else [prompts]
-        outputs = [self._generate(chunk, sampling) for chunk in chunks]
+        with compute_in(self.compute_dtype, self.model.device):
+            outputs = [self._generate(chunk, sampling) for chunk in chunks]
         return DataProto.concat(outputs) if len(outputs) > 1 else outputs[0]
 
     def _generate(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:

@@ -1,0 +1,142 @@
+"""trainer.torch_threads=auto and the compute dtype a role picks (verl.utils.threads, verl.utils.precision)."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from verl.utils.precision import (
+    choose_compute_dtype,
+    compute_in,
+    role_compute_dtype,
+    rollout_compute_dtype,
+)
+from verl.utils.threads import SMALL_MODEL_PARAMS, choose_torch_threads, computing_processes, count_parameters
+from verl.workers.engine.scoring import PolicyScorer
+
+CPU = torch.device("cpu")
+
+
+def _safetensors(path: Path, shapes: dict[str, list[int]]) -> None:
+    """A safetensors file with these tensor shapes (zero-filled float32)."""
+    header, offset = {}, 0
+    for name, shape in shapes.items():
+        size = 4 * int(torch.tensor(shape).prod()) if shape else 4
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    header["__metadata__"] = {"format": "pt"}
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(offset))
+
+
+def test_parameter_count_from_safetensors_headers(tmp_path: Path) -> None:
+    _safetensors(tmp_path / "model-00001.safetensors", {"a": [3, 4], "b": [5]})
+    _safetensors(tmp_path / "model-00002.safetensors", {"c": [2, 2, 2]})
+    assert count_parameters(tmp_path) == 12 + 5 + 8
+    assert count_parameters(tmp_path / "missing") is None and count_parameters("Qwen/Qwen2.5-0.5B") is None
+    assert count_parameters(tmp_path.parent) is None  # no weights there
+
+
+def test_auto_threads_by_model_size_cores_and_processes(tmp_path: Path) -> None:
+    big, small = tmp_path / "big", tmp_path / "small"
+    big.mkdir(), small.mkdir()
+    _safetensors(big / "model.safetensors", {"w": [SMALL_MODEL_PARAMS]})
+    _safetensors(small / "model.safetensors", {"w": [SMALL_MODEL_PARAMS - 1]})
+    assert choose_torch_threads("auto", model_path=str(big), cores=8).threads == 8
+    assert choose_torch_threads("auto", model_path=str(big), cores=8, processes=2).threads == 4
+    assert choose_torch_threads("auto", model_path=str(big), cores=2, processes=4).threads == 1
+    small_choice = choose_torch_threads("auto", model_path=str(small), cores=8)
+    assert small_choice.threads == 1 and "too small to split" in small_choice.describe()
+    unknown = choose_torch_threads("auto", model_path="org/model", cores=6, processes=2)
+    assert unknown.threads == 3 and "model size unknown" in unknown.reason
+    assert choose_torch_threads(3, model_path=str(small), cores=8).threads == 3  # a number is taken as given
+    assert choose_torch_threads(None, model_path=str(big), cores=8).threads is None
+
+
+def test_computing_processes_follow_the_backend() -> None:
+    assert computing_processes(OmegaConf.create({"backend": "local", "n_gpus_per_node": 4})) == 1
+    assert computing_processes(OmegaConf.create({"backend": "ray", "n_gpus_per_node": 2})) == 2
+
+
+@pytest.mark.parametrize(
+    ("asked", "device", "weights", "bf16_cpu", "expected"),
+    [
+        (None, "cpu", torch.float32, True, torch.bfloat16),
+        (None, "cpu", torch.float32, False, None),  # no bf16 instructions: emulated, slower
+        (None, "cpu", torch.bfloat16, True, None),  # bf16 weights compute in bf16 anyway
+        (None, "cuda", torch.float32, False, torch.bfloat16),  # verl's GPU default
+        ("fp32", "cpu", torch.float32, True, None),
+        ("bf16", "cpu", torch.float32, False, torch.bfloat16),  # asked for: taken, even where slow
+    ],
+)
+def test_compute_dtype_choice(
+    asked: str | None,
+    device: str,
+    weights: torch.dtype,
+    bf16_cpu: bool,
+    expected: torch.dtype | None,
+) -> None:
+    choice = choose_compute_dtype(
+        asked, device=torch.device(device), weights_dtype=weights, cpu_bf16=bf16_cpu
+    )
+    assert choice.dtype == expected, choice.reason
+
+
+def test_fsdp2_and_rollout_dtypes() -> None:
+    model = torch.nn.Linear(4, 4)
+    cfg = OmegaConf.create({"mixed_precision": {"param_dtype": "bf16"}})
+    sharded = role_compute_dtype(cfg, device=CPU, model=model, sharded=True, key="k")
+    assert sharded.dtype is None and "FSDP2" in sharded.reason  # its policy casts, not an autocast
+    actor = role_compute_dtype(cfg, device=CPU, model=model, sharded=False, key="k")
+    assert actor.dtype == torch.bfloat16
+    assert rollout_compute_dtype(None, actor, model) == torch.bfloat16  # follows the actor
+    assert rollout_compute_dtype("fp32", actor, model) is None  # the weights' own dtype
+    assert rollout_compute_dtype("bf16", sharded, model) == torch.bfloat16
+
+
+def test_compute_in_autocasts_only_when_asked() -> None:
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    with compute_in(None):
+        assert (a @ b).dtype == torch.float32
+    with compute_in(torch.bfloat16):
+        assert (a @ b).dtype == torch.bfloat16
+
+
+def test_bf16_scorer_is_close_to_fp32() -> None:
+    """bf16 autocast changes log-probs by bf16 rounding only (the log-softmax in fp32), and its gradients
+    reach the fp32 weights as fp32."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=64,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    model = Qwen2ForCausalLM(config)
+    rows, prompt, response = 4, 6, 5
+    input_ids = torch.randint(0, 64, (rows, prompt + response))
+    mask = torch.ones_like(input_ids)
+    positions = torch.arange(prompt + response).expand(rows, -1)
+    responses, response_mask = input_ids[:, prompt:], torch.ones(rows, response, dtype=torch.long)
+    fp32, _ = PolicyScorer(model)(input_ids, mask, positions, responses, response_mask)
+    scorer = PolicyScorer(model, compute_dtype=torch.bfloat16)
+    logits_dtypes = []
+    hook = model.lm_head.register_forward_hook(lambda m, i, o: logits_dtypes.append(o.dtype))
+    bf16, _ = scorer(input_ids, mask, positions, responses, response_mask)
+    hook.remove()
+    assert bf16.dtype == torch.float32 and logits_dtypes == [torch.bfloat16]
+    gap = (bf16 - fp32).abs().max().item()
+    assert 0 < gap < 0.1  # bf16 rounding (about 3 significant digits) in the body, not a different model
+    bf16.sum().backward()
+    assert all(p.grad is None or p.grad.dtype == torch.float32 for p in model.parameters())
+    assert model.model.layers[0].self_attn.q_proj.weight.grad.abs().sum() > 0

@@ -1,0 +1,129 @@
+"""The dtype a role computes in on a CPU, and the autocast context that applies it.
+
+``fsdp_config.mixed_precision.param_dtype`` (verl's key) names the dtype the forward and backward compute
+in; the weights, their gradients and the optimizer stay in the weights' own dtype (``model.torch_dtype``),
+as verl's mixed precision keeps fp32 master weights. Unset, it is bf16 on a GPU (verl's default), and on a
+CPU bf16 where the CPU has bf16 instructions (``avx512_bf16`` or AMX), the weights' dtype elsewhere: without
+them torch emulates bf16, several times slower than fp32 (docs/performance.md, "bf16 on a CPU", has what it
+gains where it is there).
+
+The plain (``dp``) strategy applies it with ``torch.autocast`` around the whole model, LM head included (as
+verl's actor does); the log-softmax and entropy are computed in fp32 from the logits. The rollout engines
+that generate with the actor's module (fast, hf) compute in the actor's dtype unless ``rollout.dtype`` says
+otherwise, so the rollout's log-probs and the update's come from the same arithmetic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from verl.models.loading import resolve_dtype
+from verl.utils.cpu import read_cpuinfo
+
+BF16_MIN_PARAMS = 2_000_000
+"""below this many parameters ``auto`` keeps fp32 on a CPU (measured: the 1M default model is not faster
+in bf16; the 4M bench model's update is 2-3x faster)"""
+
+
+@dataclass(frozen=True)
+class ComputeDtype:
+    """The dtype a role's forward and backward compute in (None: the weights' own) and why."""
+
+    dtype: torch.dtype | None
+    reason: str
+
+    def describe(self, role: str) -> str:
+        name = "the weights' dtype" if self.dtype is None else str(self.dtype).removeprefix("torch.")
+        return f"{role} computes in {name} ({self.reason})"
+
+
+def choose_compute_dtype(
+    asked: str | None,
+    *,
+    device: torch.device,
+    weights_dtype: torch.dtype,
+    cpu_bf16: bool | None = None,
+    key: str = "fsdp_config.mixed_precision.param_dtype",
+) -> ComputeDtype:
+    """Resolve ``param_dtype`` for one role. ``cpu_bf16``: whether this CPU has bf16 instructions (None:
+    read /proc/cpuinfo)."""
+    if asked is not None:
+        dtype = resolve_dtype(asked, key)
+        return ComputeDtype(None if dtype == weights_dtype else dtype, key)
+    if weights_dtype != torch.float32:
+        return ComputeDtype(None, f"{key} unset: the weights are {str(weights_dtype).removeprefix('torch.')}")
+    if device.type == "cuda":
+        return ComputeDtype(torch.bfloat16, f"{key} unset: bf16 on a GPU, as verl")
+    if device.type != "cpu":
+        return ComputeDtype(None, f"{key} unset on {device.type}")
+    cpu_bf16 = read_cpuinfo().bf16_fast if cpu_bf16 is None else cpu_bf16
+    if not cpu_bf16:
+        return ComputeDtype(None, f"{key} unset: this CPU has no bf16 instructions (avx512_bf16 / AMX)")
+    return ComputeDtype(torch.bfloat16, f"{key} unset: this CPU has bf16 instructions")
+
+
+@contextlib.contextmanager
+def compute_in(dtype: torch.dtype | None, device: torch.device | str = "cpu") -> Iterator[None]:
+    """Autocast to ``dtype`` (nothing when None)."""
+    if dtype is None:
+        yield
+        return
+    with torch.autocast(torch.device(device).type, dtype=dtype):
+        yield
+
+
+def model_dtype(model: Any) -> torch.dtype:
+    """The dtype of a module's first floating-point parameter (float32 when it has none)."""
+    for param in model.parameters():
+        if param.is_floating_point():
+            return param.dtype
+    return torch.float32
+
+
+def role_compute_dtype(
+    fsdp_cfg: Any, *, device: torch.device, model: torch.nn.Module, sharded: bool, key: str
+) -> ComputeDtype:
+    """The autocast dtype of one role's scorer. FSDP2 (``sharded``) applies ``param_dtype`` itself through
+    its MixedPrecisionPolicy (unset on a CPU: the weights' dtype), so its scorer does not autocast."""
+    if sharded:
+        return ComputeDtype(None, f"{key}.mixed_precision: FSDP2's mixed-precision policy")
+    return choose_compute_dtype(
+        fsdp_cfg.mixed_precision.param_dtype,
+        device=device,
+        weights_dtype=model_dtype(model),
+        key=f"{key}.mixed_precision.param_dtype",
+    )
+
+
+def rollout_compute_dtype(
+    asked: str | None, actor: ComputeDtype, model: torch.nn.Module
+) -> torch.dtype | None:
+    """The autocast dtype of a rollout engine that generates with the actor's module: ``rollout.dtype``,
+    else the actor's."""
+    if asked is None:
+        return actor.dtype
+    dtype = resolve_dtype(asked, "actor_rollout_ref.rollout.dtype")
+    return None if dtype == model_dtype(model) else dtype
+
+
+def actor_compute_line(config: Any) -> str:
+    """The start-up line of what the actor computes in, decided from the config as its worker decides it."""
+    from verl.config.backends import training_strategy
+    from verl.models.plumbing import resolve_device
+
+    key = "actor_rollout_ref.actor.fsdp_config"
+    arr = config.actor_rollout_ref
+    if training_strategy(config) == "fsdp2":
+        return f"actor computes in {arr.actor.fsdp_config.mixed_precision.param_dtype or 'FSDP2 default'} ({key})"
+    choice = choose_compute_dtype(
+        arr.actor.fsdp_config.mixed_precision.param_dtype,
+        device=resolve_device(config.trainer.device),
+        weights_dtype=resolve_dtype(arr.model.torch_dtype),
+        key=f"{key}.mixed_precision.param_dtype",
+    )
+    return choice.describe("actor")

@@ -1,0 +1,112 @@
+"""How many torch intra-op threads a process computes with: ``trainer.torch_threads`` (a number, null for
+torch's own default, or ``auto``).
+
+``auto`` gives every process that computes at the same time its share of the cores it may run on, except
+for small models: below :data:`SMALL_MODEL_PARAMS` a matrix product is too short to split, and two
+OpenMP threads spinning against each other on two cores made the default recipe's 1M-parameter model
+slower, not faster (docs/performance.md, "Threads"). A CPU result is reproducible only for a fixed thread
+count, so the choice is a pure function of the model, the cores and the process layout, logged at start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from verl.utils.cpu import usable_cores
+
+AUTO = "auto"
+SMALL_MODEL_PARAMS = 2_000_000
+"""below this many parameters ``auto`` takes one thread (measured: the 1M default model gains nothing from
+a second one, the 4M bench model gains 1.3-1.6x)"""
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    """The intra-op thread count of a process (None: torch's default) and why."""
+
+    threads: int | None
+    reason: str
+
+    def describe(self) -> str:
+        count = "torch's default" if self.threads is None else str(self.threads)
+        return f"torch threads: {count} ({self.reason})"
+
+
+def count_parameters(model_path: str | os.PathLike[str] | None) -> int | None:
+    """The parameter count of a local HuggingFace model directory, from its safetensors headers (no weights
+    are read); None when it cannot be told (a hub id, other weight formats)."""
+    if not model_path or not Path(model_path).is_dir():
+        return None
+    files = sorted(Path(model_path).glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    for file in files:
+        total += _safetensors_numel(file)
+    return total
+
+
+def _safetensors_numel(file: Path) -> int:
+    # A safetensors file starts with an 8-byte little-endian header length and a JSON header of shapes.
+    with open(file, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(size))
+    numel = 0
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        count = 1
+        for dim in entry["shape"]:
+            count *= int(dim)
+        numel += count
+    return numel
+
+
+def choose_torch_threads(
+    setting: Any, *, model_path: str | None, processes: int = 1, cores: int | None = None
+) -> ThreadChoice:
+    """Resolve ``trainer.torch_threads``: ``processes`` is how many processes of this node compute at once
+    (data-parallel workers sharing its cores)."""
+    if setting is None:
+        return ThreadChoice(None, "trainer.torch_threads=null")
+    if setting != AUTO:
+        return ThreadChoice(int(setting), "trainer.torch_threads")
+    cores = usable_cores()[0] if cores is None else cores
+    share = max(1, cores // max(1, processes))
+    layout = f"{cores} usable cores, {processes} computing process{'es' if processes > 1 else ''}"
+    params = count_parameters(model_path)
+    if params is None:
+        return ThreadChoice(share, f"auto: {layout}; model size unknown")
+    size = f"{params / 1e6:.1f}M parameters"
+    if params < SMALL_MODEL_PARAMS and share > 1:
+        return ThreadChoice(1, f"auto: {size} < {SMALL_MODEL_PARAMS / 1e6:g}M, too small to split; {layout}")
+    return ThreadChoice(share, f"auto: {size}, {layout}")
+
+
+def computing_processes(trainer: Any) -> int:
+    """Processes of one node computing at once: the Ray backend's data-parallel workers of a node; the
+    local backend computes in the driver alone."""
+    if trainer.get("backend", "local") == "ray":
+        return max(1, int(trainer.n_gpus_per_node))
+    return 1
+
+
+def configure_torch_threads(choice: ThreadChoice) -> None:
+    """Fix the intra-op thread count; results on CPU are reproducible only for a fixed count."""
+    import torch  # here, so that config validation can read AUTO without importing torch
+
+    if choice.threads:
+        torch.set_num_threads(choice.threads)
+
+
+def threads_for_run(config: Any) -> ThreadChoice:
+    """The thread choice of an RL run's driver and workers (the same in every process of the run)."""
+    return choose_torch_threads(
+        config.trainer.torch_threads,
+        model_path=config.actor_rollout_ref.model.path,
+        processes=computing_processes(config.trainer),
+    )
