@@ -440,6 +440,9 @@ class Terminated(BaseException):
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
+    """Raise :class:`Terminated`; ``received`` stays set, so should a library catch and drop the exception (a
+    bare ``except:``, a finalizer that was running), the next step raises it again (``Tracking.log``)."""
+    _on_sigterm.received = True  # type: ignore[attr-defined]
     raise Terminated()
 
 
@@ -501,6 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     if in_main_thread:  # before the heavy imports: a Ctrl-C during them is an interruption like any other
         previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
         _on_sigint.pressed = False  # type: ignore[attr-defined]
+        _on_sigterm.received = False  # type: ignore[attr-defined]
         signal.signal(signal.SIGINT, _on_sigint)
         signal.signal(signal.SIGTERM, _on_sigterm)
     resume_hint = "the last complete checkpoint (if any) is intact; rerun the same command to resume"

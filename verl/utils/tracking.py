@@ -77,18 +77,84 @@ class ProgressLines:
         pass
 
 
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class _SignalHold:
+    """While active, SIGINT / SIGTERM only get noted; :meth:`release` puts the handlers back and delivers
+    the noted signal to its handler. A second signal while one is held is delivered at once."""
+
+    active: _SignalHold | None = None  # the hold in force (the main thread's); holds do not nest
+
+    def __init__(self) -> None:
+        handlers = {sig: signal.getsignal(sig) for sig in HELD_SIGNALS}
+        # Not held: an ignored signal, and one whose handler Python did not install (it cannot restore it).
+        self.handlers = {sig: h for sig, h in handlers.items() if h is not None and h != signal.SIG_IGN}
+        self.noted: tuple[int, Any] | None = None
+        self.released = False
+        for sig in self.handlers:
+            signal.signal(sig, self.note)
+        _SignalHold.active = self
+
+    def note(self, signum: int, frame: Any) -> None:
+        if self.noted is None:
+            self.noted = (signum, frame)
+            return
+        self.noted = None  # a second one: the user (or the supervisor) insists, so it goes through now
+        self.restore()
+        _deliver(signum, frame, self.handlers[signum])
+
+    def restore(self) -> None:
+        if not self.released:
+            self.released = True
+            for sig, handler in self.handlers.items():
+                signal.signal(sig, handler)
+            _SignalHold.active = None
+
+    def release(self) -> None:
+        self.restore()
+        if self.noted is not None:
+            (signum, frame), self.noted = self.noted, None
+            _deliver(signum, frame, self.handlers[signum])
+
+
+def _deliver(signum: int, frame: Any, handler: Any) -> None:
+    """What the signal does with ``handler`` installed (it is installed again already)."""
+    if callable(handler):
+        handler(signum, frame)
+    elif handler == signal.SIG_DFL:
+        signal.raise_signal(signum)  # the default action: the process ends
+
+
+def _raise_a_dropped_sigterm() -> None:
+    """A SIGTERM whose exception some library caught and dropped (a bare ``except:``, a finalizer that was
+    running when the handler ran) would let the run go on to its end: verl's handler marks that it ran
+    (``received``), and a run that still logs steps after that gets it raised again here."""
+    handler = signal.getsignal(signal.SIGTERM)
+    if getattr(handler, "received", False) and threading.current_thread() is threading.main_thread():
+        handler(signal.SIGTERM, None)
+
+
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
-    """Hold SIGINT / SIGTERM back (in the main thread, where Python runs its handlers) until the block ends;
-    a signal that arrives meanwhile is delivered right after it."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+    """Hold SIGINT / SIGTERM back until the block ends: one that arrives meanwhile is delivered right after
+    it, to the handler installed before (verl's: ``Terminated`` / ``KeyboardInterrupt``); a second one
+    while the first is held goes through at once, so a tracker that hangs can still be stopped.
+
+    The handlers are swapped for one that only notes the signal. Blocking the signals with
+    ``pthread_sigmask`` does not hold them: the mask is the main thread's, the kernel hands a
+    process-directed signal to any other thread that does not block it (a tracker's, torch's, the step
+    pool's), and CPython runs the Python handler in the main thread at its next bytecode whichever thread
+    took the signal, so the exception came out in the middle of a tracker's call (inside MLflow's SQLite
+    transaction it left the database locked: the run's end could not be written)."""
+    if _SignalHold.active is not None or threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    hold = _SignalHold()
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        hold.release()
 
 
 def _duration(seconds: float) -> str:
@@ -163,24 +229,29 @@ class Tracking:
         return self.output_dir / "metrics.jsonl"
 
     def log(self, metrics: dict[str, float], step: int) -> None:
+        _raise_a_dropped_sigterm()
         with _signals_held():  # a step is in every sink or in none: a SIGTERM waits until all have it
             for sink in self.sinks.values():
                 sink.log(metrics, step)
-        if self.progress is not None:
-            numbers = {label: metrics[key] for key, label in CONSOLE_KEYS.items() if key in metrics}
-            validation = validation_postfix(metrics)
-            numbers.update(validation)
-            if isinstance(self.progress, ProgressLines):
-                self.progress.update(step, numbers, validated=bool(validation))
-            else:
-                shown = {label: f"{value:.3g}" for label, value in numbers.items()}
-                self.progress.set_postfix(shown, refresh=False)
-                self.progress.update(max(0, step - self.progress.n))
+            if self.progress is not None:
+                self._show_progress(metrics, step)
+
+    def _show_progress(self, metrics: dict[str, float], step: int) -> None:
+        numbers = {label: metrics[key] for key, label in CONSOLE_KEYS.items() if key in metrics}
+        validation = validation_postfix(metrics)
+        numbers.update(validation)
+        if isinstance(self.progress, ProgressLines):
+            self.progress.update(step, numbers, validated=bool(validation))
+        elif self.progress is not None:
+            shown = {label: f"{value:.3g}" for label, value in numbers.items()}
+            self.progress.set_postfix(shown, refresh=False)
+            self.progress.update(max(0, step - self.progress.n))
 
     def log_table(self, name: str, columns: list[str], rows: list[list[Any]], step: int) -> None:
         """A table (the validation generations) to every sink that shows tables."""
-        for sink in self.sinks.values():
-            sink.log_table(name, columns, rows, step)
+        with _signals_held():  # as for the metrics: no tracker is stopped in the middle of writing one
+            for sink in self.sinks.values():
+                sink.log_table(name, columns, rows, step)
 
     def write(self, message: str) -> None:
         """Print a line without breaking the progress bar."""
