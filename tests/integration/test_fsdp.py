@@ -11,6 +11,7 @@ import torch
 from test_resume import REWARD_FILE, metrics_by_step, overrides, run_cli
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
+from tests._fp32 import FP32
 from verl.config import load_config
 from verl.trainer.checkpointing import export_hf
 from verl.workers.engine.sharded_checkpoint import SHARDED_DIR
@@ -79,6 +80,7 @@ def test_two_fsdp2_ranks_on_ray_resume_exactly_and_their_checkpoint_loads_on_one
             "algorithm.adv_estimator=gae",
             "trainer.test_freq=-1",
             f"trainer.total_training_steps={steps}",
+            *FP32,  # the one-rank runs compare dp with FSDP2, which compute in bf16 and fp32 when unset
             *extra,
         )
         code, stderr = run_cli(args)

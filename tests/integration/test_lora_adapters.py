@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from tests._fp32 import FP32
 from verl.config import load_config
 from verl.errors import InputError
 from verl.models import load_hf_model
@@ -48,6 +49,7 @@ def worker(model_dir, *extra: str, strategy: str = "dp", lora: bool = True) -> A
             f"{ARR}.actor.optim.lr_warmup_steps=0",
             f"{ARR}.actor.strategy={strategy}",
             f"{ARR}.actor.shuffle=false",
+            *FP32,  # sharded and replicated, adapters on and off, compared in exact arithmetic
             *extra,
         ],
     )

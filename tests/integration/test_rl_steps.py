@@ -10,6 +10,7 @@ import pytest
 import torch
 from _weights import assert_same_adam_update
 
+from tests._fp32 import FP32
 from verl.config import list_recipes, load_config
 from verl.data import iterate_batches
 from verl.models import load_hf_model
@@ -72,6 +73,7 @@ def small_config(model_dir, files, out_dir, *extra, recipe="grpo"):
             "trainer.logger=[jsonl]",
             f"trainer.default_local_dir={out_dir}",
             "prepare.enable=false",
+            *FP32,  # the tests compare code paths (padding-free, the old log-prob pass) in exact arithmetic
             *extra,
         ],
     )
