@@ -90,9 +90,9 @@ def test_compute_dtype_choice(
 def test_fsdp2_and_rollout_dtypes() -> None:
     model = torch.nn.Linear(4, 4)
     cfg = OmegaConf.create({"mixed_precision": {"param_dtype": "bf16"}})
-    sharded = role_compute_dtype(cfg, device=CPU, model=model, sharded=True, key="k")
+    sharded = role_compute_dtype(cfg, device=CPU, weights_dtype=torch.float32, sharded=True, key="k")
     assert sharded.dtype is None and "FSDP2" in sharded.reason  # its policy casts, not an autocast
-    actor = role_compute_dtype(cfg, device=CPU, model=model, sharded=False, key="k")
+    actor = role_compute_dtype(cfg, device=CPU, weights_dtype=torch.float32, sharded=False, key="k")
     assert actor.dtype == torch.bfloat16
     assert rollout_compute_dtype(None, actor, model) == torch.bfloat16  # follows the actor
     assert rollout_compute_dtype("fp32", actor, model) is None  # the weights' own dtype
@@ -107,24 +107,16 @@ def test_compute_in_autocasts_only_when_asked() -> None:
         assert (a @ b).dtype == torch.bfloat16
 
 
-def test_bf16_scorer_is_close_to_fp32() -> None:
+def test_bf16_scorer_is_close_to_fp32(tiny_model_dir) -> None:
     """bf16 autocast changes log-probs by bf16 rounding only (the log-softmax in fp32), and its gradients
     reach the fp32 weights as fp32."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=64,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    model = Qwen2ForCausalLM(config)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    vocab = model.config.vocab_size
     rows, prompt, response = 4, 6, 5
-    input_ids = torch.randint(0, 64, (rows, prompt + response))
+    input_ids = torch.randint(0, vocab, (rows, prompt + response))
     mask = torch.ones_like(input_ids)
     positions = torch.arange(prompt + response).expand(rows, -1)
     responses, response_mask = input_ids[:, prompt:], torch.ones(rows, response, dtype=torch.long)

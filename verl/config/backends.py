@@ -277,14 +277,9 @@ def _fsdp_errors(cfg: DictConfig) -> list[str]:
     errors = []
     ranks = _ranks(cfg)
     for key, section in _fsdp_sections(cfg):
-        mp = section.mixed_precision
         # param_dtype is the compute dtype of the plain strategy too (autocast); the rest is FSDP2's alone.
-        checked = (
-            (("param_dtype", mp.param_dtype), ("reduce_dtype", mp.reduce_dtype))
-            if sharded
-            else (("param_dtype", mp.param_dtype),)
-        )
-        for name, value in checked:
+        for name in ("param_dtype", "reduce_dtype") if sharded else ("param_dtype",):
+            value = section.mixed_precision[name]
             if value is not None and value not in DTYPE_NAMES:
                 errors.append(
                     f"{key}.mixed_precision.{name}={as_written(value)}: not a dtype; use one of {', '.join(DTYPE_NAMES)}"

@@ -27,8 +27,6 @@ from packaging.version import InvalidVersion, Version
 from verl.doctor.matrix import BREAKS_TRANSFORMERS, CLASH_CHECKED, PACKAGES, PYTHON, Supported
 from verl.utils.cpu import CpuInfo, read_cpuinfo, usable_cores
 
-# the CPU, for doctor's callers
-
 # --------------------------------------------------------------------------------------------------------------
 # package metadata
 # --------------------------------------------------------------------------------------------------------------
@@ -222,11 +220,6 @@ def package_rows(
         wanted = f"built for the installed {mine[0].on}"
         rows.append(PackageRow(dist, version, dist, wanted, CLASH, mine[0].advice(), None, mine, dist))
     return rows
-
-
-# --------------------------------------------------------------------------------------------------------------
-# CPU
-# --------------------------------------------------------------------------------------------------------------
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -25,10 +25,6 @@ import torch
 from verl.models.loading import resolve_dtype
 from verl.utils.cpu import read_cpuinfo
 
-BF16_MIN_PARAMS = 2_000_000
-"""below this many parameters ``auto`` keeps fp32 on a CPU (measured: the 1M default model is not faster
-in bf16; the 4M bench model's update is 2-3x faster)"""
-
 
 @dataclass(frozen=True)
 class ComputeDtype:
@@ -86,7 +82,7 @@ def model_dtype(model: Any) -> torch.dtype:
 
 
 def role_compute_dtype(
-    fsdp_cfg: Any, *, device: torch.device, model: torch.nn.Module, sharded: bool, key: str
+    fsdp_cfg: Any, *, device: torch.device, weights_dtype: torch.dtype, sharded: bool, key: str
 ) -> ComputeDtype:
     """The autocast dtype of one role's scorer. FSDP2 (``sharded``) applies ``param_dtype`` itself through
     its MixedPrecisionPolicy (unset on a CPU: the weights' dtype), so its scorer does not autocast."""
@@ -95,7 +91,7 @@ def role_compute_dtype(
     return choose_compute_dtype(
         fsdp_cfg.mixed_precision.param_dtype,
         device=device,
-        weights_dtype=model_dtype(model),
+        weights_dtype=weights_dtype,
         key=f"{key}.mixed_precision.param_dtype",
     )
 
@@ -118,12 +114,14 @@ def actor_compute_line(config: Any) -> str:
 
     key = "actor_rollout_ref.actor.fsdp_config"
     arr = config.actor_rollout_ref
-    if training_strategy(config) == "fsdp2":
+    sharded = training_strategy(config) == "fsdp2"
+    if sharded:
         return f"actor computes in {arr.actor.fsdp_config.mixed_precision.param_dtype or 'FSDP2 default'} ({key})"
-    choice = choose_compute_dtype(
-        arr.actor.fsdp_config.mixed_precision.param_dtype,
+    choice = role_compute_dtype(
+        arr.actor.fsdp_config,
         device=resolve_device(config.trainer.device),
         weights_dtype=resolve_dtype(arr.model.torch_dtype),
-        key=f"{key}.mixed_precision.param_dtype",
+        sharded=sharded,
+        key=key,
     )
     return choice.describe("actor")

@@ -21,7 +21,7 @@ from verl.utils.cpu import usable_cores
 AUTO = "auto"
 SMALL_MODEL_PARAMS = 2_000_000
 """below this many parameters ``auto`` takes one thread (measured: the 1M default model gains nothing from
-a second one, the 4M bench model gains 1.3-1.6x)"""
+a second one; on a 2-core machine neither did the 4M bench model, docs/performance.md)"""
 
 
 @dataclass(frozen=True)

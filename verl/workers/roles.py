@@ -34,7 +34,7 @@ from verl.models.base_fingerprint import base_fingerprint, check_same_base, writ
 from verl.models.lora import adapters_disabled, apply_lora, has_adapters, merged_copy, plain_model_with
 from verl.protocol import DataProto
 from verl.single_controller import Dispatch, Worker, register
-from verl.utils.precision import role_compute_dtype, rollout_compute_dtype
+from verl.utils.precision import model_dtype, role_compute_dtype, rollout_compute_dtype
 from verl.utils.seeding import set_seed
 from verl.utils.threads import configure_torch_threads, threads_for_run
 from verl.workers.actor import Actor, compute_log_prob
@@ -234,7 +234,7 @@ class ActorRolloutRefWorker(Worker):
         self.compute = role_compute_dtype(
             arr.actor.fsdp_config,
             device=self.device,
-            model=self.actor_model,
+            weights_dtype=model_dtype(self.actor_model),
             sharded=self.sharded,
             key="actor_rollout_ref.actor.fsdp_config",
         )
@@ -248,7 +248,7 @@ class ActorRolloutRefWorker(Worker):
             ref_compute = role_compute_dtype(
                 arr.ref.fsdp_config,
                 device=self.device,
-                model=self.ref_model,
+                weights_dtype=model_dtype(self.ref_model),
                 sharded=self.sharded,
                 key="actor_rollout_ref.ref.fsdp_config",
             )
@@ -293,9 +293,8 @@ class ActorRolloutRefWorker(Worker):
             arr.rollout.micro_batch_size,
             **options,
         )
-        if (
-            not rollout_cls.owns_weights
-        ):  # it computes with the actor's module: in the actor's dtype by default
+        # An engine that computes with the actor's module computes in the actor's dtype unless rollout.dtype is set.
+        if not rollout_cls.owns_weights:
             self.rollout.compute_dtype = rollout_compute_dtype(
                 arr.rollout.dtype, self.compute, self.actor_model
             )
@@ -528,7 +527,7 @@ class CriticWorker(Worker):
         compute = role_compute_dtype(
             model_cfg.fsdp_config,
             device=self.device,
-            model=self.value_model,
+            weights_dtype=model_dtype(self.value_model),
             sharded=sharded,
             key="critic.model.fsdp_config",
         )
