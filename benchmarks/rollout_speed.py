@@ -13,6 +13,17 @@ Main table: every run samples (temperature 1, no top-k / top-p: the default trai
 to the engines is ``vocab_size``, an id no model can emit, so neither engine stops early and both do
 the same work. tokens/s = batch * length / wall seconds of one ``generate_sequences`` call.
 
+``--rl`` adds, per model, the batch of a GRPO step: 8 distinct prompts x 8 samples each (``rollout.n``),
+64 rows, EOS on as in ``--eos-rows``, 32 and 128 new tokens at most.
+
+``--decoders`` adds the fast engine with one choice of its lean decoder undone, each as its own column
+(``onednn``: oneDNN's matmul over the module's weights instead of prepacked copies; ``torch``:
+``F.linear``; ``hf-prefill``: the prompts through the HF forward instead of the lean ops; ``sdpa`` / ``matmul``:
+the decode step's attention always by torch's fused kernel / by two matmuls, instead of the automatic choice).
+
+``--dtype bf16`` runs every engine under ``torch.autocast("cpu", bfloat16)``, as the trainer does on a CPU
+with bf16 instructions (``fsdp_config.mixed_precision.param_dtype`` unset).
+
 ``--eos-rows`` adds, per model, a batch-64 run where generation does stop: the EOS set is enough
 token ids that a random model (close to uniform over its vocabulary) stops with probability ~1/48
 per token, so response lengths spread out as in RL and the engines differ in what they do with
@@ -44,9 +55,12 @@ PROMPT_LEN = 16
 STOP_EVERY = 48  # expected tokens between EOS in the --eos-rows runs
 
 
-def make_prompts(batch: int, vocab_size: int, seed: int = 0):
-    """Left-padded random prompts: every row has 8-16 real tokens."""
+def make_prompts(batch: int, vocab_size: int, seed: int = 0, repeat: int = 1):
+    """Left-padded random prompts: every row has 8-16 real tokens; each ``repeat`` times in a row (GRPO)."""
     from verl.protocol import DataProto
+
+    if repeat > 1:
+        return make_prompts(batch // repeat, vocab_size, seed).repeat(repeat, interleave=True)
 
     gen = torch.Generator().manual_seed(seed)
     input_ids = torch.randint(3, vocab_size, (batch, PROMPT_LEN), generator=gen)
@@ -85,22 +99,66 @@ def run_case(engines: dict, prompts, length: int, reps: int) -> dict[str, dict]:
     return {name: {"best": max(r), "median": statistics.median(r)} for name, r in rates.items()}
 
 
-def bench_model(name: str, model, args) -> list[dict]:
+DECODERS = {  # --decoders: the fast engine with one of its lean decoder's choices undone
+    "fast": {},
+    "fast-onednn": {"matmul_override": "onednn"},
+    "fast-torch": {"matmul_override": "torch"},
+    "fast-hf-prefill": {"lean_prefill": False},
+    "fast-sdpa": {"decode_attention": "sdpa"},
+    "fast-matmul": {"decode_attention": "matmul"},
+}
+
+
+class _Ablation:
+    """The fast engine with class settings of ``LeanWeights`` / ``_LeanDecoder`` changed during each call."""
+
+    def __init__(self, engine, settings: dict) -> None:
+        self.engine, self.settings = engine, settings
+
+    def generate_sequences(self, prompts, sampling):
+        from verl.workers.rollout.decoders import LeanWeights, _LeanDecoder
+
+        owners = {name: LeanWeights if hasattr(LeanWeights, name) else _LeanDecoder for name in self.settings}
+        saved = {name: getattr(owners[name], name) for name in self.settings}
+        for name, value in self.settings.items():
+            setattr(owners[name], name, value)
+        try:
+            return self.engine.generate_sequences(prompts, sampling)
+        finally:
+            for name, value in saved.items():
+                setattr(owners[name], name, value)
+
+
+def make_engines(model, eos: list[int], names: list[str], dtype: str) -> dict:
+    """The named engines; under bf16 each runs under autocast (what ``RolloutEngine.compute_dtype`` does)."""
     from verl.workers.rollout import get_rollout_class
 
+    engines = {}
+    for name in names:
+        engine = get_rollout_class("fast" if name in DECODERS else name)(model, eos, 0)
+        engine.compute_dtype = torch.bfloat16 if dtype == "bf16" else None
+        engines[name] = _Ablation(engine, DECODERS[name]) if DECODERS.get(name) else engine
+    return engines
+
+
+def bench_model(name: str, model, args) -> list[dict]:
     vocab = model.config.vocab_size
     n_params = sum(p.numel() for p in model.parameters())
     never = [vocab]  # no model emits this id: full-length responses
-    cases = [(batch, length, never, "none") for length in args.lengths for batch in args.batches]
+    stop_ids = list(range(3, 3 + max(1, round(vocab / STOP_EVERY))))
+    eos_label = f"{len(stop_ids)} ids"
+    cases = [(batch, length, never, "none", 1) for length in args.lengths for batch in args.batches]
     if args.eos_rows:
-        stop_ids = list(range(3, 3 + max(1, round(vocab / STOP_EVERY))))
-        cases.append((64, 128, stop_ids, f"{len(stop_ids)} ids"))
+        cases.append((64, 128, stop_ids, eos_label, 1))
+    if args.rl:
+        cases += [(64, length, stop_ids, eos_label, 8) for length in (32, 128)]
     rows = []
-    for batch, length, eos, eos_label in cases:
-        engines = {e: get_rollout_class(e)(model, eos, 0) for e in args.engines}
+    for batch, length, eos, eos_label, repeat in cases:
+        engines = make_engines(model, eos, args.engines, args.dtype)
         reps = 1 if batch * length >= 256 * 128 else args.reps
-        result = run_case(engines, make_prompts(batch, vocab), length, reps)
+        result = run_case(engines, make_prompts(batch, vocab, repeat=repeat), length, reps)
         row = {"model": name, "params": n_params, "batch": batch, "length": length, "eos": eos_label}
+        row["prompts"] = batch // repeat
         row["reps"] = reps
         for e in args.engines:
             row[f"{e}_tok_s"] = result[e]["best"]
@@ -114,14 +172,15 @@ def bench_model(name: str, model, args) -> list[dict]:
 
 
 def header(engines: list[str]) -> str:
-    cells = [f"{'model':>5}", f"{'batch':>5}", f"{'len':>4}", f"{'eos':>6}"]
+    cells = [f"{'model':>5}", f"{'batch':>5}", f"{'prompts':>7}", f"{'len':>4}", f"{'eos':>6}"]
     cells += [f"{e + ' tok/s':>10}" for e in engines]
     cells += [f"{e + '/hf':>8}" for e in engines if e != "hf" and "hf" in engines]
     return " ".join(cells)
 
 
 def format_row(row: dict, engines: list[str]) -> str:
-    cells = [f"{row['model']:>5}", f"{row['batch']:>5}", f"{row['length']:>4}", f"{row['eos']:>6}"]
+    cells = [f"{row['model']:>5}", f"{row['batch']:>5}", f"{row['prompts']:>7}", f"{row['length']:>4}"]
+    cells += [f"{row['eos']:>6}"]
     cells += [f"{row[f'{e}_tok_s']:>10.0f}" for e in engines]
     cells += [f"{row[f'{e}_speedup']:>7.2f}x" for e in engines if f"{e}_speedup" in row]
     return " ".join(cells)
@@ -137,11 +196,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=3, help="repetitions (1 for batch*length >= 256*128)")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     parser.add_argument("--eos-rows", action="store_true", help="add a run per model where EOS stops rows")
+    parser.add_argument("--rl", action="store_true", help="add a GRPO step's batch: 8 prompts x 8, EOS on")
+    parser.add_argument("--decoders", action="store_true", help="add the fast engine's ablations as columns")
+    parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="bf16: under CPU autocast")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.decoders:
+        args.engines += [name for name in DECODERS if name not in args.engines]
     torch.set_num_threads(args.threads)
     rows = []
     print(header(args.engines))
@@ -151,6 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     result = {
         "torch": torch.__version__,
         "threads": args.threads,
+        "dtype": args.dtype,
         "machine": platform.machine(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "prompt_len": PROMPT_LEN,

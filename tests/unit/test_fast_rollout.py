@@ -15,6 +15,7 @@ from verl.protocol import DataProto
 from verl.workers.actor import response_logprobs
 from verl.workers.rollout import SamplingParams, get_rollout_class
 from verl.workers.rollout.base import assemble_rollout_output
+from verl.workers.rollout.decoders import LeanWeights, _Linear
 from verl.workers.rollout.fast import (
     FastRollout,
     _HFDecoder,
@@ -64,9 +65,11 @@ def make_prompts(model, lengths: list[int], seed: int = 0, width: int | None = N
     )
 
 
-def test_repeated_prompts_are_prefilled_once_and_decode_like_hf(model):
+@pytest.mark.parametrize("lean_prefill", [True, False], ids=["lean-prefill", "hf-prefill"])
+def test_repeated_prompts_are_prefilled_once_and_decode_like_hf(model, lean_prefill, monkeypatch):
     """GRPO repeats each prompt rollout.n times: the prefill runs each distinct prompt once and copies its
     cache rows, and the greedy output is still HF's, row for row."""
+    monkeypatch.setattr(_LeanDecoder, "lean_prefill", lean_prefill)
     prompts = make_prompts(model, [5, 9, 3], width=10).repeat(4, interleave=True)
     sampling = SamplingParams(do_sample=False, max_new_tokens=8)
     expected = HFRollout(model, [model.config.vocab_size], PAD).generate_sequences(prompts, sampling)
@@ -74,6 +77,13 @@ def test_repeated_prompts_are_prefilled_once_and_decode_like_hf(model):
     hook = model.register_forward_pre_hook(
         lambda m, args, kwargs: rows_seen.append(kwargs["input_ids"].shape[0]), with_kwargs=True
     )
+    linear_call = _Linear.__call__
+
+    def spy(self, x):
+        rows_seen.append(x.shape[0] if x.dim() == 3 else None)  # 3-D: the prefill's [prompts, width, hidden]
+        return linear_call(self, x)
+
+    monkeypatch.setattr(_Linear, "__call__", spy)
     got = FastRollout(model, [model.config.vocab_size], PAD).generate_sequences(prompts, sampling)
     hook.remove()
     assert rows_seen[0] == 3  # the prefill: 3 distinct prompts for 12 rows
@@ -96,10 +106,29 @@ def test_registered_and_default_decoder(model):
     assert lean_decoder_supported(model)
 
 
-@pytest.mark.parametrize("decoder", ["lean", "lean-unfused", "hf-forward"])
+@pytest.mark.parametrize(
+    "decoder",
+    [
+        "lean",
+        "lean-sdpa",
+        "lean-onednn",
+        "lean-onednn-unfused",
+        "lean-torch",
+        "lean-torch-unfused",
+        "hf-forward",
+    ],
+)
 def test_greedy_matches_hf_generate(model, decoder, monkeypatch):
-    if decoder == "lean-unfused":  # the path of models too big to copy their projections
-        monkeypatch.setattr(_LeanDecoder, "fuse_limit_bytes", 0)
+    # lean: the default (prepacked oneDNN matmuls for a model this small, attention by two matmuls); sdpa:
+    # attention by torch's fused kernel (what a bf16 cache uses); onednn: the same kernels over the module's
+    # weights (models too big to prepack); torch: F.linear (no oneDNN); unfused: q/k/v and gate/up as
+    # separate matmuls (models too big to copy them).
+    if decoder == "lean-sdpa":
+        monkeypatch.setattr(_LeanDecoder, "decode_attention", "sdpa")
+    elif decoder.startswith("lean-"):
+        monkeypatch.setattr(LeanWeights, "matmul_override", decoder.split("-")[1])
+    if decoder.endswith("-unfused"):
+        monkeypatch.setattr(LeanWeights, "fuse_limit_bytes", 0)
     # Padded beyond the longest prompt, as a dataset pads to max_prompt_length.
     prompts = make_prompts(model, [5, 9, 3, 9, 7, 6], width=12)
     max_new = 24
@@ -149,6 +178,26 @@ def test_log_probs_match_the_actor(model, temperature):
         actor_lp, _ = response_logprobs(model, out, temperature, with_entropy=False)
     valid = out.batch["response_mask"].bool()
     torch.testing.assert_close(out.batch["rollout_log_probs"][valid], actor_lp[valid], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("lean_prefill", [True, False], ids=["lean-prefill", "hf-prefill"])
+def test_bf16_autocast_log_probs_match_the_actor(model, lean_prefill, monkeypatch):
+    """An fp32 model decoded under bf16 autocast (what the trainer does on a CPU with bf16 instructions):
+    repeated, padded prompts (GRPO's batch) decode, and the log-probs are the actor's under the same
+    autocast, to bf16 rounding (different kernels: oneDNN in the lean step, F.linear in the HF forward)."""
+    monkeypatch.setattr(_LeanDecoder, "lean_prefill", lean_prefill)
+    prompts = make_prompts(model, [6, 3, 8], seed=4).repeat(3, interleave=True)
+    engine = FastRollout(model, [model.config.vocab_size], PAD)
+    engine.compute_dtype = torch.bfloat16
+    torch.manual_seed(2)
+    out = engine.generate_sequences(prompts, SamplingParams(max_new_tokens=12))
+    assert out.batch["rollout_log_probs"].dtype == torch.float32
+    model.eval()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        actor_lp, _ = response_logprobs(model, out, 1.0, with_entropy=False)
+    valid = out.batch["response_mask"].bool()
+    gap = (out.batch["rollout_log_probs"][valid] - actor_lp[valid].float()).abs()
+    assert gap.max() < 0.1 and gap.mean() < 0.02  # bf16 has 8 bits of mantissa: ~0.4% per op
 
 
 def test_warpers_match_hf():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -38,9 +39,14 @@ class _Decoder:
     is freed when the chunk is done.
     """
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, weights: LeanWeights | None = None) -> None:
         self.model = model
         self.cache_kwarg, self.prefill_kwargs = _forward_kwargs(model)
+
+    @staticmethod
+    def prepare(model: torch.nn.Module) -> LeanWeights | None:
+        """What every chunk of one ``generate_sequences`` call shares (None: nothing)."""
+        return None
 
     def _prefill_forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
         """HF forward over the prompts: (last-position logits, the filled DynamicCache, position ids).
@@ -92,42 +98,182 @@ class _HFDecoder(_Decoder):
         self.next_position = self.next_position[rows]
 
 
-Projection = list[tuple[torch.Tensor, "torch.Tensor | None"]]
+def onednn_linear_available() -> bool:
+    """Whether this torch has oneDNN's prepacked linear (CPU builds with MKL-DNN: the usual wheels)."""
+    mkldnn = getattr(torch.ops, "mkldnn", None)
+    return (
+        torch.backends.mkldnn.is_available()
+        and hasattr(mkldnn, "_reorder_linear_weight")
+        and hasattr(mkldnn, "_linear_pointwise")
+    )
+
+
+MATMULS = ("packed", "onednn", "torch")
+
+
+class _Linear:
+    """``y = x W^T + b`` for one projection, or several fused (their outputs concatenated).
+
+    How, by ``matmul``:
+
+    * ``"packed"``: W reordered once per call into oneDNN's blocked layout (``torch.ops.mkldnn``, what
+      inductor's frozen CPU graphs call): a copy of the weights, ~150 us per projection to make;
+    * ``"onednn"``: the same oneDNN kernel over W as it is (no copy unless fused): 10-30% slower than
+      packed at these shapes;
+    * ``"torch"``: ``F.linear`` (MKL's sgemm), HF's own arithmetic: the logits are bit-identical to HF's.
+
+    On this machine's AVX-512 CPU oneDNN runs the decode shapes (16-64 rows x 128-2048 features) 1.3-2.5x
+    faster than ``F.linear`` in float32 (``benchmarks/rollout_speed.py --matmuls``). Same float32
+    arithmetic, another summation order: the logits agree with HF's to float32 rounding. ``compute_dtype``
+    (oneDNN paths only): the input is cast to it first, the weight copied in it: what an outer
+    ``torch.autocast`` does to ``F.linear``, which it does not know to do to oneDNN's op.
+    """
+
+    __slots__ = ("weight", "bias", "parts", "onednn", "compute_dtype")
+
+    def __init__(
+        self, linears: list[torch.nn.Linear], matmul: str, fuse: bool, compute_dtype: torch.dtype | None
+    ) -> None:
+        self.onednn = matmul != "torch"
+        self.compute_dtype = compute_dtype if self.onednn else None  # F.linear: autocast casts it
+        self.parts = None
+        if len(linears) > 1 and not fuse and matmul != "packed":
+            self.parts = [_Linear([lin], matmul, False, compute_dtype) for lin in linears]
+            self.weight = self.bias = None
+            return
+        weight = linears[0].weight if len(linears) == 1 else torch.cat([lin.weight for lin in linears])
+        bias = _concat_bias(linears)
+        weight = weight.detach()
+        if self.compute_dtype is not None:
+            weight = weight.to(self.compute_dtype)
+            bias = None if bias is None else bias.to(self.compute_dtype)
+        if matmul == "packed":
+            weight = torch.ops.mkldnn._reorder_linear_weight(weight, 64)
+        self.weight, self.bias = weight, bias
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.parts is not None:
+            return torch.cat([part(x) for part in self.parts], dim=-1)
+        if not self.onednn:
+            return F.linear(x, self.weight, self.bias)
+        if self.compute_dtype is not None:
+            x = x.to(self.compute_dtype)
+        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+
+
+def _concat_bias(linears: list[torch.nn.Linear]) -> torch.Tensor | None:
+    if all(lin.bias is None for lin in linears):
+        return None
+    if len(linears) == 1:
+        return linears[0].bias.detach()
+    biases = [lin.weight.new_zeros(lin.out_features) if lin.bias is None else lin.bias for lin in linears]
+    return torch.cat(biases).detach()
 
 
 @dataclass
 class _LayerWeights:
-    """One decoder layer's parameters. ``qkv`` and ``gate_up`` are projections whose outputs are
-    concatenated: one fused (weight, bias) pair, or the module's own separate ones."""
+    """One decoder layer: its norms' weights and its projections (q/k/v and gate/up fused or not)."""
 
     ln1: torch.Tensor
     ln1_eps: float
-    qkv: Projection
-    o_w: torch.Tensor
-    o_b: torch.Tensor | None
+    qkv: _Linear
+    o: _Linear
     ln2: torch.Tensor
     ln2_eps: float
-    gate_up: Projection
-    down_w: torch.Tensor
-    down_b: torch.Tensor | None
+    gate_up: _Linear
+    down: _Linear
 
 
-def _projection(linears: list[torch.nn.Linear], fuse: bool) -> Projection:
-    """The linears as they are, or as one concatenated (weight, bias): a copy, made per call so it
-    never goes stale."""
-    if not fuse:
-        return [(lin.weight, lin.bias) for lin in linears]
-    weight = torch.cat([lin.weight for lin in linears])
-    if all(lin.bias is None for lin in linears):
-        return [(weight, None)]
-    biases = [lin.weight.new_zeros(lin.out_features) if lin.bias is None else lin.bias for lin in linears]
-    return [(weight, torch.cat(biases))]
+@dataclass
+class LeanWeights:
+    """What the lean step reads of a model, gathered once per ``generate_sequences`` call (the actor updates
+    the parameters in place between calls, so nothing is kept across calls)."""
+
+    embed: torch.Tensor
+    final_norm: torch.Tensor
+    final_eps: float
+    lm_head: _Linear
+    layers: list[_LayerWeights]
+    matmul: str
+    fused: bool
+
+    matmul_override: ClassVar[str | None] = None
+    """force one of ``MATMULS`` (tests, ablations); None: ``packed`` for models up to ``pack_limit_bytes``,
+    else ``onednn``, ``torch`` where this torch has no oneDNN"""
+    pack_limit_bytes = 256 * 2**20
+    """prepack models whose projections take up to this much (the 4M model: 16 MB; SmolLM2-135M's 0.5 GB
+    is not copied: ``onednn`` over its own weights)"""
+    fuse_limit_bytes = 64 * 2**20
+    """fuse q/k/v and gate/up (a copy) when those weights take up to this much (~16M fp32 parameters):
+    one matmul instead of three / two saves ~20% of a step while per-op overhead dominates (1M model:
+    0.93 vs 1.14 ms per step at batch 1)"""
+
+    @classmethod
+    def gather(cls, model: torch.nn.Module) -> LeanWeights:
+        inner = model.model
+        compute_dtype = _autocast_dtype()
+        layers_linears = [
+            (
+                layer.self_attn.q_proj,
+                layer.self_attn.k_proj,
+                layer.self_attn.v_proj,
+                layer.self_attn.o_proj,
+                layer.mlp.gate_proj,
+                layer.mlp.up_proj,
+                layer.mlp.down_proj,
+            )
+            for layer in inner.layers
+        ]
+        nbytes = [
+            [lin.weight.numel() * lin.weight.element_size() for lin in group] for group in layers_linears
+        ]
+        all_bytes = sum(map(sum, nbytes)) + model.lm_head.weight.numel() * model.lm_head.weight.element_size()
+        fused_bytes = sum(b[0] + b[1] + b[2] + b[4] + b[5] for b in nbytes)
+        dtype = compute_dtype or model.lm_head.weight.dtype
+        matmul = cls.matmul_override
+        if matmul is None:
+            if not onednn_linear_available() or dtype not in (torch.float32, torch.bfloat16):
+                matmul = "torch"
+            else:
+                matmul = "packed" if all_bytes <= cls.pack_limit_bytes else "onednn"
+        if matmul not in MATMULS:
+            raise ValueError(f"matmul {matmul!r}: one of {MATMULS}")
+        fuse = matmul == "packed" or fused_bytes <= cls.fuse_limit_bytes
+
+        def linear(*linears: torch.nn.Linear) -> _Linear:
+            return _Linear(list(linears), matmul, fuse, compute_dtype)
+
+        layers = []
+        for layer in inner.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            layers.append(
+                _LayerWeights(
+                    ln1=layer.input_layernorm.weight,
+                    ln1_eps=layer.input_layernorm.variance_epsilon,
+                    qkv=linear(attn.q_proj, attn.k_proj, attn.v_proj),
+                    o=linear(attn.o_proj),
+                    ln2=layer.post_attention_layernorm.weight,
+                    ln2_eps=layer.post_attention_layernorm.variance_epsilon,
+                    gate_up=linear(mlp.gate_proj, mlp.up_proj),
+                    down=linear(mlp.down_proj),
+                )
+            )
+        return cls(
+            embed=inner.embed_tokens.weight,
+            final_norm=inner.norm.weight,
+            final_eps=inner.norm.variance_epsilon,
+            lm_head=linear(model.lm_head),
+            layers=layers,
+            matmul=matmul,
+            fused=fuse,
+        )
 
 
-def _project(x: torch.Tensor, projection: Projection) -> torch.Tensor:
-    if len(projection) == 1:
-        return F.linear(x, *projection[0])
-    return torch.cat([F.linear(x, w, b) for w, b in projection], dim=-1)
+def _autocast_dtype() -> torch.dtype | None:
+    """The dtype of an enclosing ``torch.autocast("cpu")``, None outside one."""
+    if torch.is_autocast_enabled("cpu"):
+        return torch.get_autocast_dtype("cpu")
+    return None
 
 
 def lean_decoder_supported(model: torch.nn.Module) -> bool:
@@ -162,84 +308,120 @@ class _LeanDecoder(_Decoder):
 
     The HF forward does the prefill (so the cache starts exactly as HF's); the KV cache is one
     preallocated tensor per layer, written in place at each step; the attention mask for the whole
-    loop is one boolean tensor, sliced per step. The op order mirrors the HF modules (RMSNorm in
-    float32, rotate-half RoPE, SDPA with the same GQA handling), so the logits match HF's.
+    loop is one additive tensor (0 / -inf, what SDPA makes of a boolean mask at every call), sliced per
+    step. The op order mirrors the HF modules (RMSNorm in float32, rotate-half RoPE, SDPA with the same
+    GQA handling); with ``LeanWeights.packed`` off the logits are bit-identical to HF's, with it on
+    (the default) the matmuls are oneDNN's and the logits agree to float32 rounding.
     """
 
-    fuse_limit_bytes = 64 * 2**20  # fuse q/k/v and gate/up of models up to ~16M fp32 parameters
-
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, weights: LeanWeights | None = None) -> None:
         super().__init__(model)
         config = model.config
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = getattr(config, "num_key_value_heads", None) or self.num_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
         self.n_rep = self.num_heads // self.num_kv_heads
-        self._gather_weights()
+        self.scale = self.head_dim**-0.5
+        self.weights = weights if weights is not None else LeanWeights.gather(model)
 
-    def _gather_weights(self) -> None:
-        """The current parameters, read at every chunk: the actor updates them between calls.
+    @staticmethod
+    def prepare(model: torch.nn.Module) -> LeanWeights:
+        """The weights every chunk of one ``generate_sequences`` call reads (gathered, fused, packed once)."""
+        return LeanWeights.gather(model)
 
-        Fusing q/k/v and gate/up into one matmul each saves ~20% of a step while per-op overhead
-        dominates (1M-parameter model: 0.93 vs 1.14 ms per step at batch 1, equal at batch 64) but
-        copies those weights, so only models whose copies fit in ``fuse_limit_bytes`` are fused.
-        """
-        inner = self.model.model
-        self.embed = inner.embed_tokens.weight
-        self.final_norm, self.final_eps = inner.norm.weight, inner.norm.variance_epsilon
-        self.lm_head = self.model.lm_head
-        fused_bytes = sum(
-            lin.weight.numel() * lin.weight.element_size()
-            for layer in inner.layers
-            for lin in (
-                layer.self_attn.q_proj,
-                layer.self_attn.k_proj,
-                layer.self_attn.v_proj,
-                layer.mlp.gate_proj,
-                layer.mlp.up_proj,
-            )
-        )
-        fuse = fused_bytes <= self.fuse_limit_bytes
-        self.layers = []
-        for layer in inner.layers:
-            attn, mlp = layer.self_attn, layer.mlp
-            self.layers.append(
-                _LayerWeights(
-                    ln1=layer.input_layernorm.weight,
-                    ln1_eps=layer.input_layernorm.variance_epsilon,
-                    qkv=_projection([attn.q_proj, attn.k_proj, attn.v_proj], fuse),
-                    o_w=attn.o_proj.weight,
-                    o_b=attn.o_proj.bias,
-                    ln2=layer.post_attention_layernorm.weight,
-                    ln2_eps=layer.post_attention_layernorm.variance_epsilon,
-                    gate_up=_projection([mlp.gate_proj, mlp.up_proj], fuse),
-                    down_w=mlp.down_proj.weight,
-                    down_b=mlp.down_proj.bias,
-                )
-            )
+    decode_attention = "auto"
+    """how a step attends: ``"matmul"`` (q·Kᵀ, softmax, ·V as two batched matmuls), ``"sdpa"`` (torch's fused
+    kernel, HF's choice) or ``"auto"``: matmul over a float32 cache, sdpa otherwise. With one query per row
+    the fused kernel's tiling does not pay in float32 (1M model, batch 64, 2 threads, 32 tokens: 16.4k vs
+    13.4k tokens/s); under bf16 autocast sdpa won at 128 tokens (10.4k vs 7.4k) (benchmarks/rollout_speed.py
+    --rl --decoders)"""
+
+    lean_prefill = True
+    """run the prompts through the lean ops too (False: the model's HF forward, its DynamicCache copied in):
+    the HF forward costs ~3x the arithmetic on these small models (1M model, 8 prompts x 14 tokens:
+    6.5 vs ~2 ms)"""
 
     def prefill(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int
     ) -> torch.Tensor:
-        logits, cache, position_ids = self._prefill_forward(input_ids, attention_mask)
         batch, prompt_len = input_ids.shape
         total = prompt_len + max_new_tokens
+        positions = position_ids(attention_mask)
+        self.next_position = positions[:, -1] + 1
+        self._rope_table(int(self.next_position.max()) + max_new_tokens)
+        if self.lean_prefill:
+            logits, layer_kv, rows = self._prefill_lean(input_ids, attention_mask, positions)
+        else:
+            logits, cache, _ = self._prefill_forward(input_ids, attention_mask)
+            layer_kv = (_cache_layer(cache, i) for i in range(len(self.weights.layers)))
+            rows = None
         self.keys, self.values = [], []
-        for layer_idx in range(len(self.layers)):
-            k, v = _cache_layer(cache, layer_idx)
-            kbuf = k.new_zeros(batch, self.num_kv_heads, total, self.head_dim)
-            vbuf = torch.zeros_like(kbuf)
-            kbuf[:, :, :prompt_len] = k
-            vbuf[:, :, :prompt_len] = v
+        for k, v in layer_kv:
+            # Under autocast v is bf16 while RoPE made k float32 (as in HF, whose attention then casts k to
+            # bf16 at every use): k is kept in v's dtype, the same numbers without a cast of the cache per step.
+            k = k.to(v.dtype)
+            vbuf = v.new_empty(batch, self.num_kv_heads, total, self.head_dim)
+            kbuf = torch.empty_like(vbuf)
+            if rows is None:
+                kbuf[:, :, :prompt_len] = k
+                vbuf[:, :, :prompt_len] = v
+            else:  # each row's distinct prompt, gathered straight into the buffer
+                torch.index_select(k, 0, rows, out=kbuf[:, :, :prompt_len])
+                torch.index_select(v, 0, rows, out=vbuf[:, :, :prompt_len])
             self.keys.append(kbuf)
             self.values.append(vbuf)
-        self.valid = torch.ones(batch, total, dtype=torch.bool, device=input_ids.device)
-        self.valid[:, :prompt_len] = attention_mask.bool()
-        self.no_padding = bool(self.valid.all())
+        padding = ~attention_mask.bool()
+        if padding.any():
+            # Columns past the prompt are written before they are read: no mask needed there.
+            self.bias = kbuf.new_zeros(batch, total)
+            self.bias[:, :prompt_len].masked_fill_(padding, float("-inf"))
+        else:
+            self.bias = None
         self.length = prompt_len
-        self.next_position = position_ids[:, -1] + 1
-        self._rope_table(int(self.next_position.max()) + max_new_tokens)
         return logits
+
+    def _prefill_lean(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
+        """The prompts' forward in the step's ops, each distinct prompt computed once (GRPO repeats every
+        prompt rollout.n times): (every row's last-position logits, each layer's (keys, values) of the
+        distinct prompts, the distinct prompt of each row).
+
+        The attention mask is causal over each prompt's real tokens; a padding position attends to itself
+        only (its output is never read, but it becomes a key and value, masked out, that must be finite).
+        """
+        w = self.weights
+        heads, kv_heads, head_dim, n_rep = self.num_heads, self.num_kv_heads, self.head_dim, self.n_rep
+        distinct, inverse = distinct_rows(torch.cat([input_ids, attention_mask], dim=1))
+        ids, valid, pos = input_ids[distinct], attention_mask[distinct].bool(), positions[distinct]
+        n, width = ids.shape
+        rope = self.rope[pos]  # [n, S, 2, D]
+        cos, sin_rot = rope[:, :, None, 0], rope[:, :, None, 1]  # [n, S, 1, D]
+        causal = torch.ones(width, width, dtype=torch.bool, device=ids.device).tril()
+        eye = torch.eye(width, dtype=torch.bool, device=ids.device)
+        allowed = (causal & valid[:, None, :]) | eye  # [n, S(query), S(key)]
+        half = head_dim // 2
+        hidden = F.embedding(ids, w.embed)  # [n, S, hidden]
+        layer_kv, bias = [], None
+        for layer in w.layers:
+            x = _rms_norm(hidden, layer.ln1, layer.ln1_eps)
+            qkv = layer.qkv(x).view(n, width, heads + 2 * kv_heads, head_dim)
+            qk = qkv[:, :, : heads + kv_heads]
+            qk = qk * cos + qk.roll(half, dims=-1) * sin_rot
+            if bias is None:
+                bias = torch.zeros(allowed.shape, dtype=qk.dtype, device=ids.device)
+                bias = bias.masked_fill_(~allowed, float("-inf"))[:, None]  # [n, 1, S, S]
+            q = qk[:, :, :heads].transpose(1, 2)  # [n, heads, S, D]
+            k = qk[:, :, heads:].transpose(1, 2)  # [n, kv_heads, S, D]
+            v = qkv[:, :, heads + kv_heads :].transpose(1, 2)
+            layer_kv.append((k, v))
+            attn = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=n_rep > 1)
+            hidden = hidden + layer.o(attn.transpose(1, 2).reshape(n, width, heads * head_dim))
+            x = _rms_norm(hidden, layer.ln2, layer.ln2_eps)
+            gate, up = layer.gate_up(x).chunk(2, dim=-1)
+            hidden = hidden + layer.down(F.silu(gate) * up)
+        last = _rms_norm(hidden[:, -1], w.final_norm, w.final_eps)
+        return w.lm_head(last)[inverse], layer_kv, inverse
 
     def _rope_table(self, max_pos: int) -> None:
         """cos and sign-folded sin for every position this call reaches, from the model's rotary module.
@@ -247,22 +429,26 @@ class _LeanDecoder(_Decoder):
         HF rotates with ``x * cos + rotate_half(x) * sin``, rotate_half(x) = cat(-x2, x1). Folding the
         minus sign into the table gives ``x * cos + roll(x, D/2) * sin_rot``: bit-identical, fewer ops.
         """
-        cos, sin = self.model.model.rotary_emb(
-            self.embed, torch.arange(max_pos, device=self.embed.device)[None]
-        )
+        embed = self.weights.embed
+        cos, sin = self.model.model.rotary_emb(embed, torch.arange(max_pos, device=embed.device)[None])
         cos, sin = cos[0], sin[0]
         half = self.head_dim // 2
         sin_rot = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
         self.rope = torch.stack((cos, sin_rot), dim=1)  # [max_pos, 2, D]
 
     def keep_rows(self, rows: torch.Tensor) -> None:
-        self.keys = [k[rows] for k in self.keys]
-        self.values = [v[rows] for v in self.values]
-        self.valid = self.valid[rows]
-        self.no_padding = bool(self.valid.all())
+        """Only the columns written so far are copied; the rest of the new buffers is written later."""
+        t = self.length
+        self.keys = [_select_rows(k, rows, t) for k in self.keys]
+        self.values = [_select_rows(v, rows, t) for v in self.values]
+        if self.bias is not None:
+            self.bias = self.bias[rows]
+            if not bool(self.bias.isinf().any()):
+                self.bias = None
         self.next_position = self.next_position[rows]
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        w = self.weights
         batch = tokens.shape[0]
         t = self.length
         self.length += 1
@@ -270,31 +456,46 @@ class _LeanDecoder(_Decoder):
         rope = self.rope[self.next_position]  # [B, 2, D]
         cos, sin_rot = rope[:, :1], rope[:, 1:]
         self.next_position += 1
-        mask = None if self.no_padding else self.valid[:, None, None, : t + 1]
+        mask = None if self.bias is None else self.bias[:, None, None, : t + 1]
+        attention = self.decode_attention
+        if attention == "auto":
+            attention = "matmul" if self.keys[0].dtype == torch.float32 else "sdpa"
         half = head_dim // 2
-        hidden = F.embedding(tokens, self.embed)  # [B, hidden]
-        for i, w in enumerate(self.layers):
-            x = _rms_norm(hidden, w.ln1, w.ln1_eps)
-            qkv = _project(x, w.qkv).view(batch, heads + 2 * kv_heads, head_dim)
+        hidden = F.embedding(tokens, w.embed)  # [B, hidden]
+        for i, layer in enumerate(w.layers):
+            x = _rms_norm(hidden, layer.ln1, layer.ln1_eps)
+            qkv = layer.qkv(x).view(batch, heads + 2 * kv_heads, head_dim)
             qk = qkv[:, : heads + kv_heads]
             qk = qk * cos + qk.roll(half, dims=-1) * sin_rot
             self.keys[i][:, :, t] = qk[:, heads:]
             self.values[i][:, :, t] = qkv[:, heads + kv_heads :]
             keys, values = self.keys[i][:, :, : t + 1], self.values[i][:, :, : t + 1]
-            if mask is None:
+            # A kv head's n_rep query heads act as n_rep queries of it (HF's pack_gqa).
+            q = qk[:, :heads].view(batch, kv_heads, n_rep, head_dim)
+            if attention == "matmul":
+                scores = torch.matmul(q * self.scale, keys.transpose(-1, -2))  # [B, kv_heads, n_rep, t+1]
+                if mask is not None:
+                    scores = scores + mask
+                attn = torch.matmul(scores.softmax(dim=-1, dtype=torch.float32).to(values.dtype), values)
+            elif mask is None:
                 # What HF's sdpa integration does without a mask: GQA inside SDPA.
-                q = qk[:, :heads].unsqueeze(2)  # [B, heads, 1, D]
+                q = q.reshape(batch, heads, 1, head_dim).to(keys.dtype)
                 attn = F.scaled_dot_product_attention(q, keys, values, enable_gqa=n_rep > 1)
             else:
-                # ... and with one (HF's pack_gqa): a kv head's n_rep query heads act as n_rep queries.
-                q = qk[:, :heads].view(batch, kv_heads, n_rep, head_dim)
-                attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-            hidden = hidden + F.linear(attn.reshape(batch, heads * head_dim), w.o_w, w.o_b)
-            x = _rms_norm(hidden, w.ln2, w.ln2_eps)
-            gate, up = _project(x, w.gate_up).chunk(2, dim=-1)
-            hidden = hidden + F.linear(F.silu(gate) * up, w.down_w, w.down_b)
-        hidden = _rms_norm(hidden, self.final_norm, self.final_eps)
-        return F.linear(hidden, self.lm_head.weight, self.lm_head.bias)
+                attn = F.scaled_dot_product_attention(q.to(keys.dtype), keys, values, attn_mask=mask)
+            hidden = hidden + layer.o(attn.reshape(batch, heads * head_dim))
+            x = _rms_norm(hidden, layer.ln2, layer.ln2_eps)
+            gate, up = layer.gate_up(x).chunk(2, dim=-1)
+            hidden = hidden + layer.down(F.silu(gate) * up)
+        hidden = _rms_norm(hidden, w.final_norm, w.final_eps)
+        return w.lm_head(hidden)
+
+
+def _select_rows(buffer: torch.Tensor, rows: torch.Tensor, written: int) -> torch.Tensor:
+    """``buffer[rows]`` where only the first ``written`` columns (dim 2) hold data."""
+    out = buffer.new_empty((len(rows), *buffer.shape[1:]))
+    torch.index_select(buffer[:, :, :written], 0, rows, out=out[:, :, :written])
+    return out
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
