@@ -106,6 +106,13 @@ def test_registered_and_default_decoder(model):
     assert lean_decoder_supported(model)
 
 
+def test_onednn_matmuls_only_for_cpu_weights(tiny_model_dir):
+    """oneDNN's ops are CPU kernels: weights on another device (a GPU; "meta" stands in) use F.linear."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert LeanWeights.gather(model).matmul in ("packed", "torch")  # torch: a build without oneDNN
+    assert LeanWeights.gather(model.to("meta")).matmul == "torch"
+
+
 @pytest.mark.parametrize(
     "decoder",
     [

@@ -232,7 +232,8 @@ class LeanWeights:
         dtype = compute_dtype or model.lm_head.weight.dtype
         matmul = cls.matmul_override
         if matmul is None:
-            if not onednn_linear_available() or dtype not in (torch.float32, torch.bfloat16):
+            on_cpu = model.lm_head.weight.device.type == "cpu"  # oneDNN's ops here are CPU kernels
+            if not on_cpu or not onednn_linear_available() or dtype not in (torch.float32, torch.bfloat16):
                 matmul = "torch"
             else:
                 matmul = "packed" if all_bytes <= cls.pack_limit_bytes else "onednn"
