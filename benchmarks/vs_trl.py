@@ -177,6 +177,19 @@ class CpuShare:
         self.others_pct = self.meter.others_pct
 
 
+def timed(fn: Any, seconds: list[float]) -> Any:
+    """``fn``, appending the wall seconds of each call to ``seconds`` (also when it raises)."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - start)
+
+    return wrapper
+
+
 def peak_rss_mb() -> float:
     import resource
 
@@ -388,22 +401,8 @@ def child_trl(spec: dict[str, Any]) -> dict[str, Any]:
         score_s: list[float] = []
         generate, generate_and_score = trainer._generate_single_turn, trainer._generate_and_score_completions
 
-        def timed_generate(*a, **k):
-            start = time.perf_counter()
-            try:
-                return generate(*a, **k)
-            finally:
-                gen_s.append(time.perf_counter() - start)
-
-        def timed_generate_and_score(*a, **k):
-            start = time.perf_counter()
-            try:
-                return generate_and_score(*a, **k)
-            finally:
-                score_s.append(time.perf_counter() - start)
-
-        trainer._generate_single_turn = timed_generate
-        trainer._generate_and_score_completions = timed_generate_and_score
+        trainer._generate_single_turn = timed(generate, gen_s)
+        trainer._generate_and_score_completions = timed(generate_and_score, score_s)
         model = trainer.model
         info = {
             "torch_threads": torch.get_num_threads(),
