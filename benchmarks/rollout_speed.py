@@ -116,7 +116,8 @@ class _Ablation:
         self.engine, self.settings = engine, settings
 
     def generate_sequences(self, prompts, sampling):
-        from verl.workers.rollout.decoders import LeanWeights, _LeanDecoder
+        from verl.workers.rollout.decoders import _LeanDecoder
+        from verl.workers.rollout.lean_weights import LeanWeights
 
         owners = {name: LeanWeights if hasattr(LeanWeights, name) else _LeanDecoder for name in self.settings}
         saved = {name: getattr(owners[name], name) for name in self.settings}

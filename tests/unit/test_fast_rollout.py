@@ -15,7 +15,6 @@ from verl.protocol import DataProto
 from verl.workers.actor import response_logprobs
 from verl.workers.rollout import SamplingParams, get_rollout_class
 from verl.workers.rollout.base import assemble_rollout_output
-from verl.workers.rollout.decoders import LeanWeights, _Linear
 from verl.workers.rollout.fast import (
     FastRollout,
     _HFDecoder,
@@ -26,6 +25,7 @@ from verl.workers.rollout.fast import (
     warp_logits,
 )
 from verl.workers.rollout.hf import HFRollout
+from verl.workers.rollout.lean_weights import LeanWeights, _Linear
 
 PAD = 0
 

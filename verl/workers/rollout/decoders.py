@@ -4,15 +4,14 @@ active batch that can shrink.
 ``_HFDecoder`` runs any HF causal LM's own forward with a ``DynamicCache``. ``_LeanDecoder`` is a flat
 sequence of torch ops over a Llama-style decoder's own parameters (Llama, Qwen2): a KV cache preallocated
 per call and written in place, fused q/k/v and gate/up projections, one attention mask for the whole
-loop, in HF's op order (float32 RMSNorm, rotate-half RoPE, SDPA with HF's GQA handling), so its logits are
-bit-identical to HF's forward in the tested configurations.
+loop, in HF's op order (float32 RMSNorm, rotate-half RoPE, HF's GQA handling); its logits agree with HF's
+forward to float32 rounding (oneDNN's matmuls, ``lean_weights.py``), and greedy output equals HF's
+``generate`` in the tested configurations.
 """
 
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +19,7 @@ import torch.nn.functional as F
 from verl.models.kv_cache import cache_keyword, distinct_rows, new_cache
 from verl.models.lora import has_adapters
 from verl.models.plumbing import position_ids
+from verl.workers.rollout.lean_weights import LeanWeights
 
 # Rope variants whose frequencies depend on the sequence length cannot use a precomputed table.
 _LENGTH_DEPENDENT_ROPE = {"dynamic", "longrope"}
@@ -98,185 +98,6 @@ class _HFDecoder(_Decoder):
         self.next_position = self.next_position[rows]
 
 
-def onednn_linear_available() -> bool:
-    """Whether this torch has oneDNN's prepacked linear (CPU builds with MKL-DNN: the usual wheels)."""
-    mkldnn = getattr(torch.ops, "mkldnn", None)
-    return (
-        torch.backends.mkldnn.is_available()
-        and hasattr(mkldnn, "_reorder_linear_weight")
-        and hasattr(mkldnn, "_linear_pointwise")
-    )
-
-
-MATMULS = ("packed", "onednn", "torch")
-
-
-class _Linear:
-    """``y = x W^T + b`` for one projection, or several fused (their outputs concatenated).
-
-    How, by ``matmul``:
-
-    * ``"packed"``: W reordered once per call into oneDNN's blocked layout (``torch.ops.mkldnn``, what
-      inductor's frozen CPU graphs call): a copy of the weights, ~150 us per projection to make;
-    * ``"onednn"``: the same oneDNN kernel over W as it is (no copy unless fused): 10-30% slower than
-      packed at these shapes;
-    * ``"torch"``: ``F.linear`` (MKL's sgemm), HF's own arithmetic: the logits are bit-identical to HF's.
-
-    On this machine's AVX-512 CPU oneDNN runs the decode shapes (16-64 rows x 128-2048 features) 1.3-2.5x
-    faster than ``F.linear`` in float32 (``benchmarks/rollout_speed.py --matmuls``). Same float32
-    arithmetic, another summation order: the logits agree with HF's to float32 rounding. ``compute_dtype``
-    (oneDNN paths only): the input is cast to it first, the weight copied in it: what an outer
-    ``torch.autocast`` does to ``F.linear``, which it does not know to do to oneDNN's op.
-    """
-
-    __slots__ = ("weight", "bias", "parts", "onednn", "compute_dtype")
-
-    def __init__(
-        self, linears: list[torch.nn.Linear], matmul: str, fuse: bool, compute_dtype: torch.dtype | None
-    ) -> None:
-        self.onednn = matmul != "torch"
-        self.compute_dtype = compute_dtype if self.onednn else None  # F.linear: autocast casts it
-        self.parts = None
-        if len(linears) > 1 and not fuse and matmul != "packed":
-            self.parts = [_Linear([lin], matmul, False, compute_dtype) for lin in linears]
-            self.weight = self.bias = None
-            return
-        weight = linears[0].weight if len(linears) == 1 else torch.cat([lin.weight for lin in linears])
-        bias = _concat_bias(linears)
-        weight = weight.detach()
-        if self.compute_dtype is not None:
-            weight = weight.to(self.compute_dtype)
-            bias = None if bias is None else bias.to(self.compute_dtype)
-        if matmul == "packed":
-            weight = torch.ops.mkldnn._reorder_linear_weight(weight, 64)
-        self.weight, self.bias = weight, bias
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.parts is not None:
-            return torch.cat([part(x) for part in self.parts], dim=-1)
-        if not self.onednn:
-            return F.linear(x, self.weight, self.bias)
-        if self.compute_dtype is not None:
-            x = x.to(self.compute_dtype)
-        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
-
-
-def _concat_bias(linears: list[torch.nn.Linear]) -> torch.Tensor | None:
-    if all(lin.bias is None for lin in linears):
-        return None
-    if len(linears) == 1:
-        return linears[0].bias.detach()
-    biases = [lin.weight.new_zeros(lin.out_features) if lin.bias is None else lin.bias for lin in linears]
-    return torch.cat(biases).detach()
-
-
-@dataclass
-class _LayerWeights:
-    """One decoder layer: its norms' weights and its projections (q/k/v and gate/up fused or not)."""
-
-    ln1: torch.Tensor
-    ln1_eps: float
-    qkv: _Linear
-    o: _Linear
-    ln2: torch.Tensor
-    ln2_eps: float
-    gate_up: _Linear
-    down: _Linear
-
-
-@dataclass
-class LeanWeights:
-    """What the lean step reads of a model, gathered once per ``generate_sequences`` call (the actor updates
-    the parameters in place between calls, so nothing is kept across calls)."""
-
-    embed: torch.Tensor
-    final_norm: torch.Tensor
-    final_eps: float
-    lm_head: _Linear
-    layers: list[_LayerWeights]
-    matmul: str
-    fused: bool
-
-    matmul_override: ClassVar[str | None] = None
-    """force one of ``MATMULS`` (tests, ablations); None: ``packed`` for models up to ``pack_limit_bytes``,
-    else ``onednn``, ``torch`` where this torch has no oneDNN"""
-    pack_limit_bytes = 256 * 2**20
-    """prepack models whose projections take up to this much (the 4M model: 16 MB; SmolLM2-135M's 0.5 GB
-    is not copied: ``onednn`` over its own weights)"""
-    fuse_limit_bytes = 64 * 2**20
-    """fuse q/k/v and gate/up (a copy) when those weights take up to this much (~16M fp32 parameters):
-    one matmul instead of three / two saves ~20% of a step while per-op overhead dominates (1M model:
-    0.93 vs 1.14 ms per step at batch 1)"""
-
-    @classmethod
-    def gather(cls, model: torch.nn.Module) -> LeanWeights:
-        inner = model.model
-        compute_dtype = _autocast_dtype()
-        layers_linears = [
-            (
-                layer.self_attn.q_proj,
-                layer.self_attn.k_proj,
-                layer.self_attn.v_proj,
-                layer.self_attn.o_proj,
-                layer.mlp.gate_proj,
-                layer.mlp.up_proj,
-                layer.mlp.down_proj,
-            )
-            for layer in inner.layers
-        ]
-        nbytes = [
-            [lin.weight.numel() * lin.weight.element_size() for lin in group] for group in layers_linears
-        ]
-        all_bytes = sum(map(sum, nbytes)) + model.lm_head.weight.numel() * model.lm_head.weight.element_size()
-        fused_bytes = sum(b[0] + b[1] + b[2] + b[4] + b[5] for b in nbytes)
-        dtype = compute_dtype or model.lm_head.weight.dtype
-        matmul = cls.matmul_override
-        if matmul is None:
-            on_cpu = model.lm_head.weight.device.type == "cpu"  # oneDNN's ops here are CPU kernels
-            if not on_cpu or not onednn_linear_available() or dtype not in (torch.float32, torch.bfloat16):
-                matmul = "torch"
-            else:
-                matmul = "packed" if all_bytes <= cls.pack_limit_bytes else "onednn"
-        if matmul not in MATMULS:
-            raise ValueError(f"matmul {matmul!r}: one of {MATMULS}")
-        fuse = matmul == "packed" or fused_bytes <= cls.fuse_limit_bytes
-
-        def linear(*linears: torch.nn.Linear) -> _Linear:
-            return _Linear(list(linears), matmul, fuse, compute_dtype)
-
-        layers = []
-        for layer in inner.layers:
-            attn, mlp = layer.self_attn, layer.mlp
-            layers.append(
-                _LayerWeights(
-                    ln1=layer.input_layernorm.weight,
-                    ln1_eps=layer.input_layernorm.variance_epsilon,
-                    qkv=linear(attn.q_proj, attn.k_proj, attn.v_proj),
-                    o=linear(attn.o_proj),
-                    ln2=layer.post_attention_layernorm.weight,
-                    ln2_eps=layer.post_attention_layernorm.variance_epsilon,
-                    gate_up=linear(mlp.gate_proj, mlp.up_proj),
-                    down=linear(mlp.down_proj),
-                )
-            )
-        return cls(
-            embed=inner.embed_tokens.weight,
-            final_norm=inner.norm.weight,
-            final_eps=inner.norm.variance_epsilon,
-            lm_head=linear(model.lm_head),
-            layers=layers,
-            matmul=matmul,
-            fused=fuse,
-        )
-
-
-def _autocast_dtype() -> torch.dtype | None:
-    """The dtype of an enclosing ``torch.autocast("cpu")``, None outside one."""
-    if torch.is_autocast_enabled("cpu"):
-        return torch.get_autocast_dtype("cpu")
-    return None
-
-
 def lean_decoder_supported(model: torch.nn.Module) -> bool:
     """Whether ``model`` is a plain Llama-style decoder the lean step reproduces exactly.
 
@@ -307,12 +128,14 @@ def lean_decoder_supported(model: torch.nn.Module) -> bool:
 class _LeanDecoder(_Decoder):
     """Llama / Qwen2 decode steps written out with torch ops over the module's own parameters.
 
-    The HF forward does the prefill (so the cache starts exactly as HF's); the KV cache is one
+    The prefill runs the prompts through the same ops (``lean_prefill``; False: the HF forward, its cache
+    copied in); the KV cache is one
     preallocated tensor per layer, written in place at each step; the attention mask for the whole
     loop is one additive tensor (0 / -inf, what SDPA makes of a boolean mask at every call), sliced per
     step. The op order mirrors the HF modules (RMSNorm in float32, rotate-half RoPE, SDPA with the same
-    GQA handling); with ``LeanWeights.packed`` off the logits are bit-identical to HF's, with it on
-    (the default) the matmuls are oneDNN's and the logits agree to float32 rounding.
+    GQA handling); with ``LeanWeights.matmul_override = "torch"`` (F.linear) and
+    ``decode_attention = "sdpa"`` the logits are bit-identical to HF's; by default the matmuls are oneDNN's
+    and the logits agree to float32 rounding.
     """
 
     def __init__(self, model: torch.nn.Module, weights: LeanWeights | None = None) -> None:

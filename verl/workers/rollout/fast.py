@@ -44,7 +44,8 @@ from verl.workers.rollout.base import (
     assemble_rollout_output,
     register_rollout,
 )
-from verl.workers.rollout.decoders import LeanWeights, _HFDecoder, _LeanDecoder, lean_decoder_supported
+from verl.workers.rollout.decoders import _HFDecoder, _LeanDecoder, lean_decoder_supported
+from verl.workers.rollout.lean_weights import LeanWeights
 
 # ----------------------------------------------------------------------------------------------
 # Sampling
