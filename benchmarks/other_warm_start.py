@@ -4,8 +4,8 @@ Builds, once, a setting that is not the default recipe's: addition with operands
 held-out split (every ordered pair; 20% of the unordered pairs held out by a hash of their own), a
 1M-parameter Qwen2 from the tiny-model factory with another seed, and a warm start of its own
 (`verl sft` on the whole training split, 340 steps: 30.6% held-out here, where the default recipe
-starts at 13.5%; 250 steps gave 20.2%, 400 steps 93.8%). Then runs `verl run` giving only the model and the data, so every RL setting is the default
-recipe's, and prints held-out accuracy before and after, per seed.
+starts at 13.5%; 250 steps gave 20.2%, 400 steps 93.8%). Then runs `verl run --config grpo` giving only the model and the data, so every RL setting is the
+default recipe's (without `--config` a run given the user's model takes verl's own defaults), and prints held-out accuracy before and after, per seed.
 
     python benchmarks/other_warm_start.py --seeds 1,2,3            # defaults, 3 seeds
     python benchmarks/other_warm_start.py --seeds 1 trainer.total_training_steps=1200   # extra overrides
@@ -88,7 +88,7 @@ def main() -> int:
     print("| seed | start | end | gain | lowest after step 100 | curve |\n|---|---|---|---|---|---|")
     for seed in [int(s) for s in args.seeds.split(",")]:
         out = work / "runs" / args.tag / f"seed{seed}"
-        verl("run", f"actor_rollout_ref.model.path={model}", f"data.train_files={train}", f"data.val_files={test}",
+        verl("run", "--config", "grpo", f"actor_rollout_ref.model.path={model}", f"data.train_files={train}", f"data.val_files={test}",
              f"trainer.seed={seed}", f"trainer.default_local_dir={out}", "trainer.logger=[jsonl]", *args.overrides)  # fmt: skip
         records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         curve = [(r["step"], 100 * r[METRIC]) for r in records if METRIC in r]

@@ -19,8 +19,8 @@ class MixedPrecisionConfig:
     param_dtype: Optional[str] = None
     """dtype the role computes in (bf16 | fp16 | fp32): FSDP2's gathered parameters, or (strategy dp) an
     autocast around the model's body, the LM head and log-softmax staying fp32. None = bf16 on a GPU (verl's
-    default); on a CPU bf16 with strategy dp where the CPU has bf16 instructions (avx512_bf16 / AMX) and the
-    model has >= 2M parameters, else the weights' dtype. The weights and the optimizer keep their dtype"""
+    default); on a CPU bf16 with strategy dp where the CPU has bf16 instructions (avx512_bf16 / AMX), else
+    the weights' dtype. The weights and the optimizer keep their dtype"""
     reduce_dtype: str = "fp32"
     """dtype gradients are reduced (reduce-scattered) in"""
     buffer_dtype: str = "fp32"
