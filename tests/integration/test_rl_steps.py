@@ -378,3 +378,38 @@ def test_fast_rollout_log_probs_replace_the_old_log_prob_pass(tiny_model_dir, ar
     assert without_pass["actor/ppo_kl"] == pytest.approx(with_pass["actor/ppo_kl"], abs=1e-5)
     # The engine's log-probs differ from the recomputed ones by rounding: so do the two updates' gradients.
     assert_same_adam_update(weights_a, weights_b, lr=1e-3, optimizer_steps=2, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("keys", "old_log_probs"),
+    [
+        # decoupled: token TIS and geometric-mean rejection of π_old against π_rollout, once per batch
+        (["rollout_is=token", "rollout_rs=seq_mean_k1", "rollout_rs_threshold=0.9_1.1"], "recompute"),
+        # bypass, REINFORCE: π_old := π_rollout, weights of π_θ against it in every micro-batch
+        (["rollout_is=sequence", "bypass_mode=true", "loss_type=reinforce"], "from_rollout"),
+    ],
+)
+def test_rollout_correction_runs_in_the_trainer(
+    keys, old_log_probs, tiny_model_dir, arithmetic_files, tmp_path
+):
+    config = small_config(
+        tiny_model_dir,
+        arithmetic_files,
+        tmp_path,
+        *(f"algorithm.rollout_correction.{key}" for key in keys),
+        "trainer.val_before_train=false",
+    )
+    trainer = RLTrainer(config, reward_fn=parity_reward)
+    assert trainer.plan.old_log_probs == old_log_probs
+    assert "rollout correction" in trainer.plan.describe()
+    trainer.fit()
+    record = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
+    # The fast engine samples from the trained module in fp32: π_rollout is π_old to float rounding.
+    if old_log_probs == "recompute":
+        assert abs(record["rollout_corr/kl"]) < 1e-4
+        assert record["rollout_corr/rollout_is_mean"] == pytest.approx(1.0, abs=1e-3)
+        assert record["rollout_corr/rollout_rs_masked_fraction"] == 0.0
+    else:  # the second of two optimizer steps is off-policy: π_θ has moved away from π_rollout
+        assert record["rollout_corr/rollout_is_mean"] > 0 and record["rollout_corr/chi2_token"] >= 0
+        assert "rollout_corr/rollout_is_eff_sample_size" in record
+    assert record["actor/grad_norm"] > 0

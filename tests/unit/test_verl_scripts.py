@@ -40,9 +40,8 @@ def _select(cfg: dict, key: str):
 
 # Scripts refused on purpose, and the message that says why.
 REFUSED = {
-    # bypass-mode REINFORCE loss (not built); and RLOO with verl's default rollout.n=1, where verl quietly
-    # drops the baseline
-    "rollout_correction": "algorithm.rollout_correction.loss_type=reinforce: verl's bypass-mode REINFORCE loss",
+    # RLOO with verl's default rollout.n=1, where verl quietly drops the baseline (the script sets no n)
+    "rollout_correction": "algorithm.adv_estimator=rloo compares the responses to each prompt with each other",
 }
 
 
@@ -83,6 +82,22 @@ def test_a_verl_script_resolves_and_its_keys_take_effect(name: str, tmp_path: Pa
         else:  # reported: the key, or the verl key holding it when verl's value there is a whole mapping
             report = "\n".join(line for line in out.splitlines() if line.startswith("# verl:"))
             assert any(f"{'.'.join(parts[:i])}=" in report for i in range(len(parts), 1, -1)), ov.key
+
+
+def test_verls_rollout_correction_script_runs_bypass_reinforce_once_it_has_groups(tmp_path: Path) -> None:
+    argv = [*script_argv("rollout_correction", tmp_path), "actor_rollout_ref.rollout.n=4"]
+    rc, out, err = print_config(argv)
+    assert rc == 0, err
+    correction = yaml.safe_load(out)["algorithm"]["rollout_correction"]
+    assert correction == {
+        "rollout_is": "sequence",
+        "rollout_is_threshold": 2.0,
+        "rollout_is_batch_normalize": True,
+        "rollout_rs": None,
+        "rollout_rs_threshold": None,
+        "bypass_mode": True,
+        "loss_type": "reinforce",
+    }
 
 
 SFT_ENTRIES = {"verl.trainer.fsdp_sft_trainer": "fsdp_sft_trainer", "verl.trainer.sft_trainer": "sft_trainer"}

@@ -433,11 +433,51 @@ def _algorithm_errors(errors: list[str], cfg: DictConfig) -> None:
     _at_least(
         errors, "algorithm.filter_groups.max_num_gen_batches", algo.filter_groups.max_num_gen_batches, 0
     )
+    _rollout_correction_errors(
+        errors, algo.rollout_correction, cfg.actor_rollout_ref.actor.recompute_old_log_prob
+    )
     if algo.adv_estimator in GROUP_ESTIMATORS and n == 1:
         errors.append(
             f"algorithm.adv_estimator={algo.adv_estimator} compares the responses to each prompt with each "
             f"other, so it needs {ARR}.rollout.n >= 2 (the group size); got 1: set rollout.n (e.g. 8), or use "
             "an estimator that works with one response per prompt (gae, reinforce_plus_plus, remax)"
+        )
+
+
+def _rollout_correction_errors(errors: list[str], rc: Any, recompute: Any) -> None:
+    """Parse the thresholds now (verl parses them at the first step), so a typo stops the run before it starts."""
+    from verl.algorithms.rollout_correction import (
+        IS_LEVELS,
+        parse_is_threshold,
+        parse_rs_options,
+        parse_rs_thresholds,
+    )
+
+    key = "algorithm.rollout_correction"
+    if rc.rollout_is is not None:
+        _choice(errors, f"{key}.rollout_is", rc.rollout_is, IS_LEVELS)
+    _choice(errors, f"{key}.loss_type", rc.loss_type, ("ppo_clip", "reinforce"))
+    try:
+        if rc.rollout_is is not None and rc.rollout_is_threshold is not None:
+            parse_is_threshold(rc.rollout_is_threshold)
+        if rc.rollout_rs is not None:
+            parse_rs_thresholds(parse_rs_options(rc.rollout_rs), rc.rollout_rs_threshold)
+    except (TypeError, ValueError) as error:
+        errors.append(str(error))
+    if rc.loss_type == "reinforce" and not rc.bypass_mode:
+        errors.append(
+            f"{key}.loss_type=reinforce is bypass mode's loss: set {key}.bypass_mode=true, or leave ppo_clip"
+        )
+    if rc.bypass_mode and recompute:
+        errors.append(
+            f"{key}.bypass_mode=true uses the rollout's log-probs as π_old, and "
+            f"{ARR}.actor.recompute_old_log_prob=true asks for the pass it skips: set one of them to false"
+        )
+    decoupled = not rc.bypass_mode and (rc.rollout_rs is not None or rc.rollout_is is not None)
+    if decoupled and recompute is False:
+        errors.append(
+            f"{key}: decoupled correction weighs π_old against π_rollout, and "
+            f"{ARR}.actor.recompute_old_log_prob=false leaves no π_old: leave it unset, or use bypass_mode=true"
         )
 
 

@@ -95,13 +95,10 @@ REWARD_MODEL = (
     "its own, an inference server for the reward model): the reward model here (reward_model.enable) runs in the "
     "reward workers' processes, reward_model.micro_batch_size_per_gpu samples per forward pass"
 )
-# True while every engine built here samples from the trained module; an inference server with its own
-# weights and kernels (vLLM) makes the ratio differ from 1, and these keys must then be read.
-ROLLOUT_CORRECTION = (
-    "rollout correction reweights (or rejects) samples by the ratio of the trainer's to the rollout engine's "
-    "probabilities: not built here. With the fast / hf engines the ratio is 1 (they sample from the trained "
-    "module itself); with rollout.name=vllm it is not, and nothing is reweighted: the mismatch is measured "
-    "(training/rollout_probs_diff_*, training/rollout_actor_kl)"
+ROLLOUT_IS_V06 = (
+    "verl 0.6.0's flat rollout-IS keys (metrics under mismatch/): verl 0.7 moved them to "
+    "algorithm.rollout_correction.* (rollout_is=token|sequence, rollout_is_threshold, rollout_rs, bypass_mode), "
+    "which are read here"
 )
 HYDRA = "Hydra's own settings (its output directory, logging, search path): Hydra is not used here"
 ASYNC = "verl's asynchronous / disaggregated trainer modes are not built here; steps run synchronously"
@@ -193,11 +190,18 @@ PPO_RULES: tuple[Rule, ...] = (
     ),
     _only("algorithm.use_pf_ppo", (False,), "PF-PPO's reweighting of samples by reward is not built here"),
     _only(
-        "algorithm.rollout_correction.loss_type",
-        ("ppo_clip",),
-        "verl's bypass-mode REINFORCE loss is not built here; the policy loss is "
-        "actor_rollout_ref.actor.policy_loss.loss_mode",
+        "algorithm.rollout_correction.rollout_rs_threshold_lower",
+        (None,),
+        "verl 0.7.0's lower rejection bound: write it into rollout_rs_threshold as 'lower_upper' (verl 0.7.1 on)",
     ),
+    _only(
+        "algorithm.rollout_correction.rollout_token_veto_threshold",
+        (None,),
+        "verl 0.7.0's catastrophic-token veto (removed in verl 0.7.1): reject by a statistic instead, e.g. "
+        "rollout_rs=token_k1 with rollout_rs_threshold",
+    ),
+    _only("algorithm.rollout_is", (None, False), ROLLOUT_IS_V06),
+    _only("algorithm.rollout_is_threshold", (None,), ROLLOUT_IS_V06),
     _only("distillation.enabled", (False,), "on-policy distillation from a teacher model is not built here"),
     _only(
         "transfer_queue.enable",
@@ -404,8 +408,7 @@ PPO_RULES: tuple[Rule, ...] = (
     ),
     _no("actor_rollout_ref.rollout.disaggregation.*", SERVER),
     _no("actor_rollout_ref.rollout.*", SERVER),
-    _no("algorithm.rollout_correction.*", ROLLOUT_CORRECTION),
-    _no("algorithm.rollout_is*", ROLLOUT_CORRECTION),
+    _no("algorithm.rollout_is_*", ROLLOUT_IS_V06),
     _no("algorithm.pf_ppo.*", "PF-PPO settings (use_pf_ppo=false)"),
     _no(
         "algorithm.filter_groups.max_inflight_gen_batches",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from verl.algorithms import get_adv_estimator_fn, kl_penalty, masked_mean
+from verl.algorithms.rollout_correction import compute_rollout_correction
 from verl.protocol import DataProto
 from verl.trainer.metrics import rollout_probs_diff
 
@@ -42,6 +43,19 @@ def compute_advantage(data: DataProto, algorithm: Any) -> DataProto:
     return data
 
 
+def apply_rollout_correction(data: DataProto, correction: Any) -> dict[str, float]:
+    """Decoupled rollout correction (verl's order: after the in-reward KL, before the estimator): the
+    rejected tokens leave ``response_mask``, the IS weights π_old/π_rollout become ``rollout_is_weights``.
+    With nothing configured only the ``rollout_corr/*`` mismatch metrics are added."""
+    weights, mask, metrics = compute_rollout_correction(
+        data.batch["old_log_probs"], data.batch["rollout_log_probs"], data.batch["response_mask"], correction
+    )
+    data.batch["response_mask"] = mask
+    if weights is not None:
+        data.batch["rollout_is_weights"] = weights
+    return metrics
+
+
 def compute_advantages(
     batch: DataProto,
     scores: DataProto | None = None,
@@ -70,4 +84,7 @@ def compute_advantages(
         metrics.update(apply_kl_penalty(batch, plan.kl_ctrl, plan.algorithm.kl_penalty))
     else:
         batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+    correction = plan.algorithm.rollout_correction
+    if old is not None and "rollout_log_probs" in batch.batch and not correction.bypass_mode:
+        metrics.update(apply_rollout_correction(batch, correction))
     return {"batch": compute_advantage(batch, plan.algorithm), "metrics": metrics}

@@ -8,6 +8,7 @@ from typing import Any, Literal
 import torch
 
 from verl.algorithms import get_kl_controller
+from verl.algorithms.rollout_correction import correction_enabled
 from verl.config import DerivedSizes, TrainerConfig
 from verl.config.backends import training_strategy
 from verl.models.loading import resolve_dtype
@@ -95,16 +96,41 @@ class StepPlan:
             ("dynamic sampling", self.refill_until_varied),
             ("token balance across ranks", self.balance),
             (f"critic warm-up {self.critic_warmup} steps", self.critic and self.critic_warmup > 0),
+            (
+                _describe_correction(self.algorithm.rollout_correction),
+                correction_enabled(self.algorithm.rollout_correction),
+            ),
         ]
+
+
+def _describe_correction(rc: Any) -> str:
+    """``rollout correction (decoupled: token IS ≤ 2.0, reject seq_mean_k1)`` and the like, for the plan line."""
+    parts = []
+    if rc.rollout_is is not None and rc.rollout_is_threshold is not None:
+        parts.append(f"{rc.rollout_is} IS {rc.rollout_is_threshold}")
+    if rc.rollout_rs is not None:
+        parts.append(f"reject {rc.rollout_rs} {rc.rollout_rs_threshold}")
+    mode = f"bypass, {rc.loss_type}" if rc.bypass_mode else "decoupled"
+    return f"rollout correction ({mode}{': ' if parts else ''}{', '.join(parts)})"
 
 
 def _old_log_probs(config: TrainerConfig, sizes: DerivedSizes) -> OldLogProbs:
     """``actor.recompute_old_log_prob``: true / false as set; unset (null) recomputes with an engine that holds
     its own weights (vllm), else only when something needs π_old and the engine did not return it."""
     recompute = config.actor_rollout_ref.actor.recompute_old_log_prob
+    correction = config.algorithm.rollout_correction
+    rollout_cls = get_rollout_class(config.actor_rollout_ref.rollout.name)
+    if correction.bypass_mode:  # π_old := π_rollout (validation refused recompute_old_log_prob=true)
+        if not rollout_cls.returns_log_probs:
+            raise ValueError(
+                f"algorithm.rollout_correction.bypass_mode=true takes π_old from the rollout's log-probs, and "
+                f"rollout.name={config.actor_rollout_ref.rollout.name} returns none: use fast or vllm"
+            )
+        return "from_rollout"
+    if correction_enabled(correction):  # decoupled: π_old must be the trainer's own
+        return "recompute"
     if recompute is not None:
         return "recompute" if recompute else "not_needed"
-    rollout_cls = get_rollout_class(config.actor_rollout_ref.rollout.name)
     if rollout_cls.owns_weights:
         # An engine with its own weights and kernels (vllm) samples from a slightly different distribution:
         # π_old is the trainer's, and the pass measures the mismatch (training/rollout_probs_diff_*).

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from verl.algorithms import LossContext, agg_loss, anneal, get_policy_loss_fn, kl_penalty
+from verl.algorithms.rollout_correction import compute_rollout_correction
 from verl.protocol import DataProto
 from verl.workers.engine.batching import lockstep_micro_batches, restore_order
 from verl.workers.engine.distributed import dp_world_size, unwrap
@@ -167,6 +168,7 @@ class Actor(TrainedModel):
         progress: float = 0.0,
         max_tokens: int | None = None,
         measure_entropy: bool = False,
+        bypass_correction: Any = None,
     ) -> RoleUpdate[LossContext]:
         """A PPO-style update for `run_update`: ``ppo_epochs`` passes over mini-batches, each accumulated
         over micro-batches.
@@ -174,11 +176,13 @@ class Actor(TrainedModel):
         ``data`` is this rank's shard; sizes as `UpdatePlan` (``mini_batch_size`` global,
         ``micro_batch_size`` / ``max_tokens`` per rank). ``progress`` (fraction of training done) drives
         the clip-ratio schedule; ``measure_entropy`` computes ``actor/entropy`` in this forward pass even
-        without an entropy bonus (when no old-log-prob pass measured it).
+        without an entropy bonus (when no old-log-prob pass measured it). ``bypass_correction`` is
+        ``algorithm.rollout_correction`` in bypass mode (π_old is π_rollout; see `micro_batch_loss`).
         """
         cfg = self.config
         clip_scale = self.clip_scale(progress)
-        keys = [*UPDATE_KEYS, *(k for k in ("old_log_probs", "ref_log_prob") if k in data.batch)]
+        optional = ("old_log_probs", "ref_log_prob", "rollout_is_weights")
+        keys = [*UPDATE_KEYS, *(k for k in optional if k in data.batch)]
         data = data.select(batch_keys=keys)
         if "old_log_probs" not in data.batch and (
             cfg.ppo_epochs != 1 or mini_batch_size // dp_world_size() != len(data)
@@ -195,6 +199,8 @@ class Actor(TrainedModel):
             and cfg.policy_loss.loss_mode in LOSSES_PROPORTIONAL_TO_ADVANTAGE
             and not cfg.use_kl_loss
             and cfg.entropy_coeff == 0
+            # batch-normalised weights are normalised over the micro-batch's rows: every row must be there
+            and not (bypass_correction is not None and bypass_correction.rollout_is_batch_normalize)
         )
         return RoleUpdate(
             data,
@@ -203,7 +209,12 @@ class Actor(TrainedModel):
             ),
             "actor",
             functools.partial(loss_context, cfg, clip_scale),
-            functools.partial(self.micro_batch_loss, temperature=temperature, use_entropy=use_entropy),
+            functools.partial(
+                self.micro_batch_loss,
+                temperature=temperature,
+                use_entropy=use_entropy,
+                bypass_correction=bypass_correction,
+            ),
             closing,
             no_gradient=zero_advantage_rows if skip else None,
             # On-policy the ratio is 1, so a skipped row's ppo_kl and clip fractions are exactly 0.
@@ -217,6 +228,7 @@ class Actor(TrainedModel):
         metrics: dict[str, float],
         temperature: float,
         use_entropy: bool,
+        bypass_correction: Any = None,
     ) -> torch.Tensor:
         """The loss to backward for one micro-batch (its share of the mini-batch loss): policy loss, minus
         the entropy bonus, plus the KL loss; adds the micro-batch's share of each metric into ``metrics``."""
@@ -226,14 +238,21 @@ class Actor(TrainedModel):
         log_prob, entropy = response_logprobs(self.trained, micro, temperature, with_entropy=use_entropy)
         # On-policy (one optimizer step per RL step) the sampling policy is the current one: ratio = 1.
         old_log_prob = micro.batch["old_log_probs"] if "old_log_probs" in micro.batch else log_prob.detach()
-        pg_loss, pg_metrics = self.policy_loss_fn(
+        # Decoupled rollout correction: weights computed once per batch by the trainer (π_old vs π_rollout).
+        weights = micro.batch["rollout_is_weights"] if "rollout_is_weights" in micro.batch else None
+        loss_fn, loss_mask = self.policy_loss_fn, mask
+        if bypass_correction is not None and bool(mask.any()):
+            loss_fn, loss_mask, weights = self._bypass_correction(
+                bypass_correction, log_prob, old_log_prob, mask, metrics, share
+            )
+        pg_loss, pg_metrics = loss_fn(
             old_log_prob=old_log_prob,
             log_prob=log_prob,
             advantages=micro.batch["advantages"],
-            response_mask=mask,
+            response_mask=loss_mask,
             loss_agg_mode=context.loss_agg_mode,
             config=context,
-            rollout_is_weights=None,
+            rollout_is_weights=weights,
         )
         loss = pg_loss
         if use_entropy:
@@ -252,3 +271,28 @@ class Actor(TrainedModel):
         for k, v in pg_metrics.items():
             metrics[k] += v * share
         return loss
+
+    def _bypass_correction(
+        self,
+        correction: Any,
+        log_prob: torch.Tensor,
+        rollout_log_prob: torch.Tensor,
+        mask: torch.Tensor,
+        metrics: dict[str, float],
+        share: float,
+    ) -> tuple[Any, torch.Tensor, torch.Tensor | None]:
+        """verl's ``bypass_mode`` loss: π_old is π_rollout, so the correction is measured against the current
+        policy on each micro-batch. (loss function, mask after rejection, IS weights to apply).
+
+        ``reinforce``: −A·w·log π_θ (the ``gpg`` loss with the weights). ``ppo_clip``: the configured loss;
+        its clipped ratio π_θ/π_rollout is the correction, so the weights are measured, not applied.
+        """
+        with torch.no_grad():
+            weights, loss_mask, corr_metrics = compute_rollout_correction(
+                log_prob.detach(), rollout_log_prob, mask, correction
+            )
+        for k, v in corr_metrics.items():
+            metrics[k] += v * share
+        if correction.loss_type == "reinforce":
+            return get_policy_loss_fn("gpg"), loss_mask, weights
+        return self.policy_loss_fn, loss_mask, None

@@ -435,6 +435,7 @@ class ActorRolloutRefWorker(Worker):
     def update_actor(self, data: DataProto, request: UpdateRequest) -> dict[str, float]:
         """One policy update on ``data`` (with advantages); the ``actor/*`` metrics, the same on every rank."""
         sizes = request.sizes
+        correction = self.config.algorithm.rollout_correction
         update = self.actor.plan_update(
             data,
             mini_batch_size=sizes.mini_batch_samples,
@@ -443,6 +444,7 @@ class ActorRolloutRefWorker(Worker):
             progress=request.progress,
             max_tokens=sizes.actor_max_tokens,
             measure_entropy=request.measure_entropy,
+            bypass_correction=correction if correction.bypass_mode else None,
         )
         metrics = run_update(self.actor, update)
         self.policy_version += 1
