@@ -187,3 +187,31 @@ def test_async_save_writes_the_same_checkpoints_without_changing_the_run(
     assert all((tmp_path / last / "actor" / name).is_file() for name in ("optim.pt", "rng_rank0.pt"))
     weights = "actor/model.safetensors"  # the same weights as the synchronous run's, byte for byte
     assert (tmp_path / last / weights).read_bytes() == (run_dir / last / weights).read_bytes()
+
+
+def test_one_step_off_sigkill_then_resume_matches_uninterrupted(tiny_model_dir, arithmetic_files, tmp_path):
+    """trainer.v1.trainer_mode=separate_async: the batch generated ahead is in the checkpoint, so a resumed
+    run trains exactly what the uninterrupted one did, staleness included."""
+    reward = tmp_path / "reward.py"
+    reward.write_text(REWARD_FILE)
+    one_step_off = (
+        "trainer.v1.trainer_mode=separate_async",
+        "trainer.v1.separate_async.num_warmup_batches=1",
+    )
+    reference_dir = tmp_path / "uninterrupted"
+    code, stderr = run_cli(overrides(tiny_model_dir, arithmetic_files, reference_dir, reward, *one_step_off))
+    assert code == 0, stderr[-3000:]
+    expected = metrics_by_step(reference_dir)
+    out = tmp_path / "killed"
+    args = overrides(tiny_model_dir, arithmetic_files, out, reward, *one_step_off)
+    code, _ = run_cli(args, kill_after_step=2)
+    assert code == -signal.SIGKILL
+    done = int((out / "latest_checkpointed_iteration.txt").read_text())
+    assert 1 <= done < TOTAL_STEPS
+    code, stderr = run_cli(args)
+    assert code == 0, stderr[-3000:]
+    resumed = metrics_by_step(out)
+    assert sorted(resumed) == sorted(expected) == list(range(TOTAL_STEPS + 1))
+    assert expected[TOTAL_STEPS]["training/off_policy/trajectory_staleness/max"] == 1.0
+    for step in range(1, TOTAL_STEPS + 1):
+        assert resumed[step] == expected[step], f"step {step} differs after resuming from step {done}"

@@ -149,3 +149,41 @@ def test_killed_reward_worker_is_restarted_and_the_run_completes(tiny_model_dir,
     assert records[-1]["worker/restarts/reward"] == 1
     assert records[-1]["worker/restarts/actor_rollout"] == 0  # the other roles were not disturbed
     assert new_pids != [victim]
+
+
+def test_one_step_off_on_ray_runs_the_rollout_in_a_process_of_its_own(
+    tiny_model_dir, arithmetic_files, tmp_path
+):
+    """trainer.v1.trainer_mode=separate_async with Ray: the rollout role is another process, and the run logs
+    what the same run in-process logs."""
+    import json
+
+    runs = {}
+    for backend in ("local", "ray"):
+        out = tmp_path / backend
+        config = small_config(
+            tiny_model_dir,
+            arithmetic_files,
+            out,
+            "trainer.v1.trainer_mode=separate_async",
+            f"trainer.backend={backend}",
+            "trainer.total_training_steps=3",
+            "trainer.torch_threads=1",
+        )
+        trainer = RLTrainer(config, reward_fn=parity_reward)
+        try:
+            if backend == "ray":
+                pids = trainer.controller.group("rollout").pids()
+                assert os.getpid() not in pids and not set(pids) & set(
+                    trainer.controller.group("actor_rollout").pids()
+                )
+            trainer.fit()
+        finally:
+            trainer.shutdown()
+        drop = ("timing_s/", "perf/", "memory/")
+        runs[backend] = [
+            {k: v for k, v in json.loads(line).items() if not k.startswith(drop)}
+            for line in (out / "metrics.jsonl").read_text().splitlines()
+        ]
+    assert runs["ray"][-1]["training/off_policy/trajectory_staleness/max"] == 1.0
+    assert runs["ray"] == runs["local"]

@@ -263,3 +263,29 @@ def test_call_and_driver_shorthands_time_each_step_by_its_name():
         assert set(timings) == {"reward", "sum", "len"}
         assert timings["reward"] >= 0.1  # two calls named "reward", summed
         assert single.get() == 2  # one output: the channel holds the whole result
+
+
+def test_a_background_step_outlives_its_dag_block_and_keeps_the_role_order():
+    """What asynchronous training builds on: step N's block ends while its background generation runs on,
+    the next block reads it, and a later call on the same role still waits for it."""
+    log: list[str] = []
+
+    class Recorder:
+        def act(self, tag: str, delay: float = 0.0) -> str:
+            time.sleep(delay)
+            log.append(tag)
+            return tag
+
+    with Controller() as controller:
+        controller.register_role(Role("a", worker_class=Recorder))
+        start = time.perf_counter()
+        with controller.dag("step 1"):
+            ahead = controller.call("a", "act", tag="ahead", delay=0.3, name="gen", background=True)
+            controller.driver(lambda: "quick", name="quick")
+        assert time.perf_counter() - start < 0.25 and not ahead.ready()  # the block did not wait
+        assert "gen" not in controller.last_step_timings()
+        with controller.dag("step 2"):
+            after = controller.call("a", "act", tag="after")  # same role: runs after the background call
+            assert ahead.get() == "ahead"
+        assert after.get() == "after" and log == ["ahead", "after"]
+        assert controller.seconds(ahead) >= 0.3

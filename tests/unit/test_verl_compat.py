@@ -233,7 +233,6 @@ def test_resume_from_path() -> None:
         ("algorithm.use_pf_ppo=True", "PF-PPO"),
         (f"{ARR}.rollout.multi_turn.interaction_config_path=x.yaml", "simulated users"),
         ("distillation.enabled=True", "distillation"),
-        ("trainer.v1.trainer_mode=separate_async", "asynchronous"),
         ("trainer.default_hdfs_dir=hdfs://x", "HDFS"),
     ],
 )
@@ -406,3 +405,15 @@ def test_verls_command_line_flags_anywhere(capsys) -> None:
     assert main(["--config-path=config", "--config-name=ppo_trainer", "--cfg", "job"]) == 0
     assert main(["--config-path=config", "--config-name=ppo_megatron_trainer", "--cfg", "job"]) == 2
     assert "Megatron training is not built here" in capsys.readouterr().err
+
+
+def test_verls_v1_trainer_modes() -> None:
+    # verl's defaults: 1024 prompts per step, mini-batches of 256, parameter_sync_step 4
+    cfg = ppo("trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.parameter_sync_step=4")
+    assert cfg.trainer.v1.trainer_mode == "separate_async"
+    with pytest.raises(ConfigError, match="colocate_async .* is not built here"):
+        ppo("trainer.v1.trainer_mode=colocate_async")
+    with pytest.raises(ConfigError, match="parameter_sync_step=2"):
+        ppo("trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.parameter_sync_step=2")
+    with pytest.raises(ConfigError, match="does not support LoRA"):
+        ppo("trainer.v1.trainer_mode=separate_async", f"{ARR}.model.lora_rank=8")

@@ -339,6 +339,50 @@ class RewardModelConfig:
 # trainer, prepare
 # --------------------------------------------------------------------------------------------------------------
 @dataclass
+class SeparateAsyncConfig:
+    """``trainer.v1.separate_async``: the rollout on workers of its own, generating ahead of the trainer."""
+
+    num_warmup_batches: int = 1
+    """batches generated ahead of the one being trained: the samples trained at step s were drawn by the
+    policy of step s - num_warmup_batches (1 = one-step-off; 0 = as the synchronous trainer)"""
+    parameter_sync_step: Optional[int] = None
+    """optimizer steps (mini-batches) per weight sync: data.train_batch_size / ppo_mini_batch_size here, so
+    None takes it from the batch sizes; a number must equal it (verl's default 4 asks for exactly that)"""
+
+
+@dataclass
+class ColocateAsyncConfig:
+    """``trainer.v1.colocate_async``: verl's mode that pauses unfinished generations at each update."""
+
+    num_warmup_batches: int = 1
+    """verl's extra batches in flight before step 1 (the mode itself is not built here)"""
+
+
+@dataclass
+class OffPolicySamplerConfig:
+    """``trainer.v1.sampler``: how old a sample may be when it is trained."""
+
+    max_off_policy_threshold: int = 8
+    """the most policy versions between a sample's generation and its update (checked at start: the
+    pipeline's staleness is num_warmup_batches, which must stay below this)"""
+    max_off_policy_strategy: str = "drop"
+    """drop | wait (verl's; with a fixed pipeline depth no sample is ever older than the threshold)"""
+
+
+@dataclass
+class TrainerV1Config:
+    """``trainer.v1``: verl's scheduling modes of one trainer."""
+
+    trainer_mode: str = "sync"
+    """sync (generate, then train, on the same workers) | separate_async (a rollout role of its own generates
+    the next batches while the actor trains; weights copied in after every RL step) | colocate_async
+    (verl's pause-and-resume of unfinished generations: not built here)"""
+    separate_async: SeparateAsyncConfig = field(default_factory=SeparateAsyncConfig)
+    colocate_async: ColocateAsyncConfig = field(default_factory=ColocateAsyncConfig)
+    sampler: OffPolicySamplerConfig = field(default_factory=OffPolicySamplerConfig)
+
+
+@dataclass
 class TrainerSection:
     """``trainer``: the RL loop, logging and checkpoints."""
 
@@ -427,7 +471,12 @@ class TrainerSection:
     the same number of tokens (metrics global_seqlen/*)"""
     torch_threads: Optional[Any] = "auto"
     """torch intra-op CPU threads: a number, null (torch's default: one per core), or auto (each computing
-    process's share of the usable cores; one thread for a model under 8M parameters), logged at start"""
+    process's share of the usable cores; one thread for a model under 2M parameters), logged at start"""
+    use_v1: bool = True
+    """verl's switch between its legacy and v1 trainers; there is one trainer here, and its modes are
+    trainer.v1.trainer_mode"""
+    v1: TrainerV1Config = field(default_factory=TrainerV1Config)
+    """scheduling mode: synchronous (default) or asynchronous, with verl's keys"""
 
 
 @dataclass

@@ -107,7 +107,7 @@ class SFTTrainerSection:
     """validate every this many steps: not built yet (no validation pass), so only -1 (never) is accepted"""
     torch_threads: Optional[Any] = "auto"
     """torch intra-op CPU threads: a number, null (torch's default: one per core), or auto (each computing
-    process's share of the usable cores; one thread for a model under 8M parameters), logged at start"""
+    process's share of the usable cores; one thread for a model under 2M parameters), logged at start"""
 
 
 @dataclass

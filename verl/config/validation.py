@@ -481,6 +481,67 @@ def _rollout_correction_errors(errors: list[str], rc: Any, recompute: Any) -> No
         )
 
 
+def _async_errors(errors: list[str], cfg: DictConfig) -> None:
+    """``trainer.v1``: the mode, the pipeline depth against the staleness bound, and what the separate
+    rollout role does not do yet (each refused with the reason, not left to misbehave)."""
+    v1, key = cfg.trainer.v1, "trainer.v1"
+    _choice(errors, f"{key}.trainer_mode", v1.trainer_mode, ("sync", "separate_async", "colocate_async"))
+    _choice(
+        errors, f"{key}.sampler.max_off_policy_strategy", v1.sampler.max_off_policy_strategy, ("drop", "wait")
+    )
+    _at_least(errors, f"{key}.sampler.max_off_policy_threshold", v1.sampler.max_off_policy_threshold, 1)
+    if v1.trainer_mode == "colocate_async":
+        errors.append(
+            f"{key}.trainer_mode=colocate_async (verl's pause of unfinished generations at each update, resumed "
+            "under the new weights) is not built here; separate_async generates the next batches on a rollout "
+            "role of its own while the actor trains"
+        )
+    if v1.trainer_mode != "separate_async":
+        return
+    ahead = v1.separate_async.num_warmup_batches
+    _at_least(errors, f"{key}.separate_async.num_warmup_batches", ahead, 0)
+    if isinstance(ahead, int) and ahead >= v1.sampler.max_off_policy_threshold:
+        errors.append(
+            f"{key}.separate_async.num_warmup_batches={ahead}: every sample would be {ahead} policy versions old, "
+            f"at or past {key}.sampler.max_off_policy_threshold={v1.sampler.max_off_policy_threshold}"
+        )
+    arr, data = cfg.actor_rollout_ref, cfg.data
+    sync_step = v1.separate_async.parameter_sync_step
+    mini = arr.actor.ppo_mini_batch_size
+    if (
+        sync_step is not None
+        and isinstance(mini, int)
+        and mini > 0
+        and sync_step * mini != data.train_batch_size
+    ):
+        errors.append(
+            f"{key}.separate_async.parameter_sync_step={sync_step}: the weights are synced once per RL step, after "
+            f"data.train_batch_size / {ARR}.actor.ppo_mini_batch_size = {data.train_batch_size} / {mini} "
+            "mini-batches; leave it null or make the product equal data.train_batch_size (verl's rule)"
+        )
+    unsupported = {
+        "LoRA (the rollout's copy would need the adapters merged)": arr.model.lora_rank > 0
+        or arr.model.lora_adapter_path is not None,
+        "DAPO's dynamic sampling (algorithm.filter_groups.enable)": cfg.algorithm.filter_groups.enable,
+        "ReMax's greedy baseline (algorithm.adv_estimator=remax)": cfg.algorithm.adv_estimator == "remax",
+        "agent loops / multi-turn": _uses_agent_loop(arr.rollout),
+        f"rollout.name={arr.rollout.name} (the rollout role runs fast or hf)": arr.rollout.name
+        not in ("fast", "hf"),
+        "rollout.mode=async (the rollout server)": arr.rollout.mode == "async",
+    }
+    for what, on in unsupported.items():
+        if on:
+            errors.append(
+                f"{key}.trainer_mode=separate_async does not support {what} yet; use trainer_mode=sync"
+            )
+
+
+def _uses_agent_loop(rollout: Any) -> bool:
+    from verl.agent_loop.runner import uses_agent_loop
+
+    return uses_agent_loop(rollout)
+
+
 def _reward_errors(errors: list[str], cfg: DictConfig) -> None:
     reward = cfg.reward_model
     _choice(errors, "reward_model.error_policy", reward.error_policy, REWARD_ERROR_POLICIES)
@@ -577,6 +638,7 @@ def _trainer_config_errors(cfg: DictConfig) -> list[str]:
     _algorithm_errors(errors, cfg)
     _reward_errors(errors, cfg)
     _trainer_errors(errors, cfg)
+    _async_errors(errors, cfg)
     _batch_errors(errors, cfg)
     errors.extend(backend_errors(cfg))
     if not errors:

@@ -101,7 +101,11 @@ ROLLOUT_IS_V06 = (
     "which are read here"
 )
 HYDRA = "Hydra's own settings (its output directory, logging, search path): Hydra is not used here"
-ASYNC = "verl's asynchronous / disaggregated trainer modes are not built here; steps run synchronously"
+ASYNC = (
+    "trainer.v1.trainer_mode=separate_async here is a rollout role that generates a fixed number of batches ahead "
+    "(num_warmup_batches) with weights copied in after every step; verl's replay buffer, partial rollouts and "
+    "hybrid switching are not built"
+)
 
 # Ordered: the first rule whose pattern matches a key decides. Exact keys first, then globs.
 PPO_RULES: tuple[Rule, ...] = (
@@ -278,7 +282,6 @@ PPO_RULES: tuple[Rule, ...] = (
     _only("data.datagen.path", (None,), "a data generator imported from a file is not built here"),
     _only("data.continuous_token.enable", (False,), "continuous-token inputs are not built here"),
     _only("trainer.default_hdfs_dir", (None,), "copying checkpoints to HDFS is not built here"),
-    _only("trainer.v1.trainer_mode", ("sync",), ASYNC),
     _only(
         "critic.strategy",
         ("fsdp", "fsdp2", "dp"),
@@ -458,8 +461,14 @@ PPO_RULES: tuple[Rule, ...] = (
     ),
     _no("trainer.ray_wait_register_center_timeout", RAY),
     _no("trainer.use_legacy_worker_impl", "selects between verl's worker implementations; there is one here"),
-    _no("trainer.use_v1", "selects between verl's trainer implementations; there is one here"),
-    _no("trainer.v1.*", ASYNC),
+    _no("trainer.v1.sync", "the sync mode's own settings (an empty mapping in verl)"),
+    _no(
+        "trainer.v1.sampler.custom_sampler.*",
+        "a sampler class of one's own for verl's replay buffer: " + ASYNC,
+    ),
+    _no("trainer.v1.sampler.sampler_kwargs", "arguments of a custom sampler: " + ASYNC),
+    _no("trainer.v1.sampler.sync_refill_failed_groups", "failed groups are not refilled: " + ASYNC),
+    _no("trainer.v1.separate_async.hybrid_rollout.*", "lending idle trainer GPUs to the rollout: " + ASYNC),
     _only(
         "model_engine",
         ("dp", "fsdp"),

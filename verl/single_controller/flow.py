@@ -169,9 +169,14 @@ class Controller:
         inputs: Mapping[str, Any] | None = None,
         outputs: list[str] | tuple[str, ...] = (),
         name: str | None = None,
+        background: bool = False,
     ) -> StepOutputs:
         """Add a step: call ``method`` of ``role`` with ``inputs`` (channels or plain values, passed as
         keyword arguments) once they are ready; its result fills the named ``outputs``.
+
+        ``background=True``: the step may outlive the :meth:`dag` block that declares it (asynchronous
+        training generates the next batches while this one trains); the block does not wait for it and its
+        time is not in that block's timings (the consumer reads it with :meth:`seconds`).
 
         The result maps to outputs like this: a dict (or other mapping) gives each output the value of
         the same key; a single output name with any other result gets the whole result. A function
@@ -193,7 +198,8 @@ class Controller:
             if role_name != DRIVER:
                 self._last_of_role[role_name] = node
             self._unfinished.add(node)
-            self._dag_nodes.append(node)
+            if not background:
+                self._dag_nodes.append(node)
             if self.recorder is not None:
                 node.trace_dag = self._current_dag()
                 node.trace = self.recorder.add_node(
@@ -204,13 +210,28 @@ class Controller:
             self._submit(node)
         return StepOutputs(node)
 
-    def call(self, role: str, method: str, *, name: str | None = None, **inputs: Any) -> DataChannel:
+    def call(
+        self, role: str, method: str, *, name: str | None = None, background: bool = False, **inputs: Any
+    ) -> DataChannel:
         """:meth:`step` with one output: the channel of ``role.method(**inputs)``'s whole result.
 
         ``name`` labels the step in timings (``timing_s/<name>``) and the trace; default: the method.
+        ``background``: see :meth:`step`.
         """
         label = name or method
-        return self.step(role=role, method=method, inputs=inputs, outputs=[label], name=label)[label]
+        step = self.step(
+            role=role, method=method, inputs=inputs, outputs=[label], name=label, background=background
+        )
+        return step[label]
+
+    @staticmethod
+    def seconds(channel: DataChannel) -> float:
+        """How long the step that fills ``channel`` ran (after waiting for it)."""
+        channel.get()
+        node = channel.producer
+        if node is None or node.started is None or node.ended is None:
+            return 0.0
+        return node.ended - node.started
 
     def driver(
         self,
@@ -421,7 +442,8 @@ class Controller:
         try:
             yield
         finally:
-            self.wait_all()
+            for node in list(self._dag_nodes):  # not the background steps: they may run on past the block
+                node.finished.wait()
             self._last_dag_nodes, self._dag_nodes = self._dag_nodes, []
             if self.recorder is not None:
                 self.recorder.end_dag(self._dag)
@@ -429,7 +451,11 @@ class Controller:
 
     def step_durations(self) -> list[tuple[str, float]]:
         """``(step name, seconds it ran)`` for each step of the last :meth:`dag` block that ran."""
-        return [(n.name, n.ended - n.started) for n in self._last_dag_nodes if n.started is not None]
+        return [
+            (n.name, n.ended - n.started)
+            for n in self._last_dag_nodes
+            if n.started is not None and n.ended is not None
+        ]
 
     def last_step_timings(self) -> dict[str, float]:
         """Seconds the steps of the last :meth:`dag` block ran, summed per step name (a name such as

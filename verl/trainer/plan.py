@@ -55,6 +55,8 @@ class StepPlan:
     """the in-reward KL coefficient controller (its state changes every step); None without that KL term"""
     train_batch_size: int
     """prompts per step (``data.train_batch_size``): the groups dynamic sampling must fill"""
+    rollout_ahead: int | None = None
+    """trainer.v1.trainer_mode=separate_async: batches the rollout role generates ahead (None: synchronous)"""
 
     @classmethod
     def from_config(cls, config: TrainerConfig, sizes: DerivedSizes, total_steps: int) -> StepPlan:
@@ -74,6 +76,7 @@ class StepPlan:
             algorithm=algo,
             kl_ctrl=get_kl_controller(algo.kl_ctrl) if algo.use_kl_in_reward else None,
             train_batch_size=config.data.train_batch_size,
+            rollout_ahead=_rollout_ahead(config),
         )
 
     def update_actor(self, step: int) -> bool:
@@ -95,6 +98,7 @@ class StepPlan:
             ("ReMax greedy baseline", self.remax_baseline),
             ("dynamic sampling", self.refill_until_varied),
             ("token balance across ranks", self.balance),
+            (f"separate rollout role, {self.rollout_ahead} batch(es) ahead", self.rollout_ahead is not None),
             (f"critic warm-up {self.critic_warmup} steps", self.critic and self.critic_warmup > 0),
             (
                 _describe_correction(self.algorithm.rollout_correction),
@@ -138,9 +142,15 @@ def _old_log_probs(config: TrainerConfig, sizes: DerivedSizes) -> OldLogProbs:
     needed = sizes.optimizer_steps_per_rl_step != 1 or config.algorithm.use_kl_in_reward
     if not needed:
         return "not_needed"
-    if not rollout_cls.returns_log_probs or reduced_precision(config):
+    if not rollout_cls.returns_log_probs or reduced_precision(config) or (_rollout_ahead(config) or 0) > 0:
+        # (batches generated ahead: the rollout's log-probs are an older policy's; bypass mode alone takes them)
         return "recompute"
     return "from_rollout"
+
+
+def _rollout_ahead(config: TrainerConfig) -> int | None:
+    v1 = config.trainer.v1
+    return v1.separate_async.num_warmup_batches if v1.trainer_mode == "separate_async" else None
 
 
 def reduced_precision(config: TrainerConfig) -> bool:

@@ -27,6 +27,7 @@ from verl.data import EpochSampler, RLDataset, collate_rl, iterate_batches
 from verl.models import tokenizer_for
 from verl.protocol import DataProto
 from verl.single_controller.flow import Controller, DataChannel, Role
+from verl.trainer.async_step import ROLLOUT, SeparateAsyncStep
 from verl.trainer.checkpointing import Checkpointer, drop_metrics_after
 from verl.trainer.controllers import load_controller_class, load_step_function
 from verl.trainer.generations import (
@@ -48,7 +49,7 @@ from verl.trainer.plan import StepPlan
 from verl.trainer.prepare import check_inputs
 from verl.trainer.run_dir import VALIDATION_DIR, RunDirectory, RunPlan, write_run_config
 from verl.trainer.seed_api import apply_seed_arguments
-from verl.trainer.step import StepFn
+from verl.trainer.step import StepFn, rl_step
 from verl.utils.checkpoint import rng_state, set_rng_state
 from verl.utils.precision import actor_compute_line
 from verl.utils.seeding import set_seed
@@ -58,6 +59,7 @@ from verl.utils.tracking import Tracking
 from verl.workers.reward import REWARD_ERROR_KEY
 from verl.workers.reward.combine import check_format_sources, check_no_reward_fn_in_code, needs_rule_fields
 from verl.workers.roles import ActorRolloutRefWorker, CriticWorker, RewardWorker
+from verl.workers.rollout_worker import RolloutWorker
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +110,16 @@ class RLTrainer:
             backend=config.trainer.backend, trace=config.trainer.trace
         )
         self.step_fn: StepFn = load_step_function(config.trainer.step, self.controller)
+        self.rollout_ahead: SeparateAsyncStep | None = None
+        if config.trainer.v1.trainer_mode == "separate_async":
+            if self.step_fn is not rl_step:
+                raise ConfigError(
+                    "trainer.v1.trainer_mode=separate_async runs its own step (generation ahead of training); "
+                    "a trainer.step or a controller with its own _build_dag is for trainer_mode=sync"
+                )
+            depth = config.trainer.v1.separate_async.num_warmup_batches
+            self.rollout_ahead = SeparateAsyncStep(depth, self.total_training_steps)
+            self.step_fn = self.rollout_ahead
         self.global_steps = 0
         self.tracking: Tracking | None = None  # fit()'s trackers, which validation tables go to
         self._register_roles(
@@ -175,6 +187,12 @@ class RLTrainer:
         if self.plan.critic:
             init = dict(config=cfg, total_training_steps=steps)
             self.controller.register_role(Role("critic", "critic", CriticWorker, init, **trained))
+        if self.rollout_ahead is not None:  # the rollout on a worker of its own, one process with Ray
+            self.controller.register_role(
+                Role(
+                    ROLLOUT, "rollout", RolloutWorker, dict(config=cfg), 1, num_gpus_per_worker=gpus, **policy
+                )
+            )
         init = dict(config=cfg, **reward_kwargs)
         workers = cfg.reward_model.num_workers
         self.controller.register_role(Role("reward", "reward_model", RewardWorker, init, workers, **policy))
@@ -350,6 +368,8 @@ class RLTrainer:
             "rng": rng_state(),
             "kl_ctrl": None if kl_ctrl is None else dict(vars(kl_ctrl)),
             "restarts": dict(self.controller.restarts),
+            # asynchronous: the batches generated ahead, waited for, so a resume trains exactly these
+            "rollout_ahead": None if self.rollout_ahead is None else self.rollout_ahead.state_dict(),
         }
 
     def _resume(self, checkpoint: Path) -> int:
@@ -359,6 +379,8 @@ class RLTrainer:
         if self.plan.kl_ctrl is not None and state["kl_ctrl"] is not None:
             vars(self.plan.kl_ctrl).update(state["kl_ctrl"])
         self.controller.restarts.update(state.get("restarts", {}))
+        if self.rollout_ahead is not None and state.get("rollout_ahead") is not None:
+            self.rollout_ahead.load_state_dict(state["rollout_ahead"])
         # Last: in-process, the workers share this process's generators, set to the same saved state.
         set_rng_state(state["rng"])
         return int(state["global_step"])

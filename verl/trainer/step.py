@@ -43,8 +43,21 @@ def rl_step(
     flow: Controller, plan: StepPlan, step: int, prompts: DataProto, more: Iterator[DataProto]
 ) -> StepResult:
     """RL step ``step`` on a batch of ``prompts`` (``more`` supplies further prompts to dynamic sampling)."""
-    metrics: list[DataChannel | dict[str, float]] = []
     batch = generate_groups(flow, plan, prompts, tag=f"{step}-0")
+    return train_on(flow, plan, step, batch, more)
+
+
+def train_on(
+    flow: Controller,
+    plan: StepPlan,
+    step: int,
+    batch: DataChannel | DataProto,
+    more: Iterator[DataProto],
+    metrics: list[DataChannel | dict[str, float]] | None = None,
+) -> StepResult:
+    """Everything of the step after generation: score ∥ old log-probs ∥ reference ∥ values → advantages →
+    critic → actor. (The asynchronous step trains here on a batch the rollout role generated ahead.)"""
+    metrics = [] if metrics is None else metrics
     if plan.refill_until_varied:  # DAPO: keep groups whose rewards differ, generate more until full
         batch, refill_metrics = refill_until_varied(flow, plan, step, batch, more)
         metrics.append(refill_metrics)

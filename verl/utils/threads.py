@@ -19,11 +19,11 @@ from typing import Any
 from verl.utils.cpu import usable_cores
 
 AUTO = "auto"
-SMALL_MODEL_PARAMS = 8_000_000
+SMALL_MODEL_PARAMS = 2_000_000
 """below this many parameters ``auto`` takes one thread. Measured on 2 cores (docs/performance.md, "Threads"):
-a second thread made the whole GRPO step of the 1M default model and of the 4M bench model slower in bf16
-(4M: 0.097 → 0.114 s) and no faster in fp32; SmolLM2-135M's step gained 1.36x. The cut is at twice the largest
-model measured not to gain; between 4M and 135M nothing was measured."""
+the 1M default model gains nothing from a second thread. The 4M bench model's GRPO step is 15% slower with two
+on the arithmetic task's 4-token answers, and 1.6x faster on 32-token responses (benchmarks/vs_trl.py); the
+longer responses are the common case, so 4M is above the cut."""
 
 
 @dataclass(frozen=True)
@@ -91,10 +91,13 @@ def choose_torch_threads(
 
 def computing_processes(trainer: Any) -> int:
     """Processes of one node computing at once: the Ray backend's data-parallel workers of a node; the
-    local backend computes in the driver alone."""
+    local backend computes in the driver alone. With trainer.v1.trainer_mode=separate_async the rollout
+    worker computes at the same time as the actor: one more (in the local backend a thread of the driver,
+    which takes its share of the cores all the same)."""
+    separate_rollout = 1 if trainer.get("v1", {}).get("trainer_mode", "sync") == "separate_async" else 0
     if trainer.get("backend", "local") == "ray":
-        return max(1, int(trainer.n_gpus_per_node))
-    return 1
+        return max(1, int(trainer.n_gpus_per_node)) + separate_rollout
+    return 1 + separate_rollout
 
 
 def configure_torch_threads(choice: ThreadChoice) -> None:

@@ -48,6 +48,7 @@ from verl.workers.engine.distributed import (
 )
 from verl.workers.engine.fsdp import Offload, gathered, shard
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
+from verl.workers.engine.packed_weights import pack_weights
 from verl.workers.engine.packing import packed_attention_implementation
 from verl.workers.engine.scoring import PolicyScorer
 from verl.workers.engine.sharded_checkpoint import full_weights_on_rank0
@@ -101,6 +102,17 @@ def on_device(method: Callable[..., Any]) -> Callable[..., Any]:
         return result.to("cpu") if isinstance(result, DataProto) else result
 
     return run
+
+
+def with_prompt_fields(output: DataProto, prompts: DataProto) -> DataProto:
+    """``output`` with the prompts' fields the rollout does not produce (uid, ground truth, reward baselines,
+    ...) passed through: the result is the whole batch the next steps need."""
+    for key, values in prompts.non_tensor_batch.items():
+        output.non_tensor_batch.setdefault(key, values)
+    for key, tensor in prompts.batch.items():
+        output.batch.setdefault(key, tensor)
+    output.meta_info = {**prompts.meta_info, **output.meta_info}
+    return output
 
 
 def save_hf_metadata(hf_model: torch.nn.Module, tokenizer: Any, path: Path) -> None:
@@ -375,13 +387,7 @@ class ActorRolloutRefWorker(Worker):
         """
         with self.actor.resident():
             output = self._generate(prompts, self.sampling_params(validate))
-        # Fields the rollout does not produce (uid, ground truth, reward baselines, ...) pass through.
-        for key, values in prompts.non_tensor_batch.items():
-            output.non_tensor_batch.setdefault(key, values)
-        for key, tensor in prompts.batch.items():
-            output.batch.setdefault(key, tensor)
-        output.meta_info = {**prompts.meta_info, **output.meta_info}
-        return output
+        return with_prompt_fields(output, prompts)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     @explain_oom(*LOG_PROB_KNOBS)
@@ -449,6 +455,18 @@ class ActorRolloutRefWorker(Worker):
         metrics = run_update(self.actor, update)
         self.policy_version += 1
         return metrics
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def get_weights(self) -> dict[str, Any] | None:
+        """A CPU copy of the policy's whole weights, packed (`pack_weights`), for a rollout with its own model
+        (asynchronous training): rank 0's (gathered when sharded, a collective); the other ranks answer None."""
+        with self.actor.resident():
+            if self.sharded:
+                weights = full_weights_on_rank0(self.actor_model)
+                return pack_weights(weights) if self.rank == 0 else None
+            if self.rank != 0:
+                return None
+            return pack_weights(self.actor_model.state_dict())  # a copy: torch.cat allocates the buffers
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_hf(self, path: str) -> None:

@@ -1,0 +1,94 @@
+"""trainer.v1.trainer_mode=separate_async: a rollout role of its own generates ahead of the trainer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from test_rl_steps import actor_module, parity_reward, small_config
+
+from verl.trainer.rl_trainer import RLTrainer
+
+pytestmark = pytest.mark.slow
+
+ASYNC = "trainer.v1.trainer_mode=separate_async"
+STALENESS = "training/off_policy/trajectory_staleness"
+
+
+def records(out_dir):
+    return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def numbers(out_dir, drop=("timing_s/", "perf/", "training/off_policy/", "worker/restarts/rollout")):
+    """Every metric but the wall-clock ones and those only the asynchronous trainer logs."""
+    return [{k: v for k, v in r.items() if not k.startswith(drop)} for r in records(out_dir)]
+
+
+def run(model_dir, files, out_dir, *extra, steps=3):
+    config = small_config(model_dir, files, out_dir, f"trainer.total_training_steps={steps}", *extra)
+    trainer = RLTrainer(config, reward_fn=parity_reward)
+    trainer.fit()
+    return trainer
+
+
+def test_no_batch_ahead_is_the_synchronous_trainer(tiny_model_dir, arithmetic_files, tmp_path):
+    """num_warmup_batches=0: the rollout role samples with the weights of the step before, as the actor's own
+    engine does in the synchronous trainer; every metric of every step is the same."""
+    run(tiny_model_dir, arithmetic_files, tmp_path / "sync")
+    trainer = run(
+        tiny_model_dir,
+        arithmetic_files,
+        tmp_path / "async",
+        ASYNC,
+        "trainer.v1.separate_async.num_warmup_batches=0",
+    )
+    assert trainer.plan.rollout_ahead == 0
+    assert "rollout" in trainer.controller.groups
+    assert numbers(tmp_path / "async") == numbers(tmp_path / "sync")
+    last = records(tmp_path / "async")[-1]
+    assert last[f"{STALENESS}/max"] == 0.0
+
+
+def test_one_step_off_trains_on_samples_one_version_old(tiny_model_dir, arithmetic_files, tmp_path):
+    trainer = run(tiny_model_dir, arithmetic_files, tmp_path / "a", ASYNC, steps=4)
+    rows = [r for r in records(tmp_path / "a") if r["step"] > 0]
+    # step 1 trains the first batch (drawn by the initial policy, as is the second); from step 2 on, one behind
+    assert [r[f"{STALENESS}/max"] for r in rows] == [0.0, 1.0, 1.0, 1.0]
+    assert all(r[f"{STALENESS}/min"] == r[f"{STALENESS}/max"] for r in rows)
+    assert all("timing_s/generate_async" in r and "timing_s/gen" in r for r in rows)
+    # The rollout role holds the weights of the last step trained.
+    rollout = trainer.controller.group("rollout").workers[0]
+    assert rollout.weights_version == 4
+    policy = actor_module(trainer).state_dict()
+    assert all(torch.equal(rollout.model.state_dict()[k], v) for k, v in policy.items())
+    # The overlap does not make the run depend on thread timing: the same seed logs the same numbers.
+    run(tiny_model_dir, arithmetic_files, tmp_path / "b", ASYNC, steps=4)
+    assert numbers(tmp_path / "a") == numbers(tmp_path / "b")
+
+
+def test_stale_samples_differ_from_the_synchronous_run(tiny_model_dir, arithmetic_files, tmp_path):
+    run(tiny_model_dir, arithmetic_files, tmp_path / "sync")
+    run(tiny_model_dir, arithmetic_files, tmp_path / "async", ASYNC)
+    sync, stale = numbers(tmp_path / "sync"), numbers(tmp_path / "async")
+    # Step 1: both train on the initial policy's samples. (The asynchronous trainer recomputes π_old rather
+    # than taking the rollout's log-probs, so the losses agree to float rounding only.)
+    for key in ("critic/score/mean", "response_length/mean"):
+        assert sync[1][key] == stale[1][key], key
+    assert sync[1]["actor/pg_loss"] == pytest.approx(stale[1]["actor/pg_loss"], rel=1e-4)
+    # Step 2: the synchronous trainer samples with the updated policy, the asynchronous one did not.
+    assert sync[2]["actor/pg_loss"] != pytest.approx(stale[2]["actor/pg_loss"], rel=1e-3)
+
+
+def test_rollout_correction_measures_the_staleness(tiny_model_dir, arithmetic_files, tmp_path):
+    """Decoupled correction: π_old is the trainer's policy, π_rollout the one a step older."""
+    run(
+        tiny_model_dir,
+        arithmetic_files,
+        tmp_path,
+        ASYNC,
+        "algorithm.rollout_correction.rollout_is=token",
+    )
+    rows = [r for r in records(tmp_path) if r["step"] > 0]
+    assert abs(rows[0]["rollout_corr/kl"]) < 1e-4  # step 1: the same policy
+    assert abs(rows[-1]["rollout_corr/kl"]) > 1e-4 and rows[-1]["rollout_corr/chi2_token"] > 0
