@@ -33,6 +33,18 @@ class SlowScorer:
         return [self.value * len(r) for r in responses]
 
 
+def recorder(log: list[str]) -> type:
+    """A worker class whose ``act(tag, delay)`` appends ``tag`` to ``log`` after ``delay`` seconds."""
+
+    class Recorder:
+        def act(self, tag: str, delay: float = 0.0) -> str:
+            time.sleep(delay)
+            log.append(tag)
+            return tag
+
+    return Recorder
+
+
 def seed_controller(seconds: float = 1.0) -> Controller:
     controller = Controller()
     controller.register_role(Role(name="actor", role_type="actor", worker_class=Generator))
@@ -77,14 +89,8 @@ def test_seed_example_runs_and_independent_steps_overlap():
 def test_steps_of_one_role_run_in_declared_order():
     log: list[str] = []
 
-    class Recorder:
-        def act(self, tag: str, delay: float = 0.0) -> str:
-            time.sleep(delay)
-            log.append(tag)
-            return tag
-
     with Controller() as controller:
-        controller.register_role(Role("a", worker_class=Recorder))
+        controller.register_role(Role("a", worker_class=recorder(log)))
         controller.step(role="a", method="act", inputs={"tag": "first", "delay": 0.3})
         controller.step(role="a", method="act", inputs={"tag": "second"})  # no channel links them
         controller.wait_all()
@@ -270,14 +276,8 @@ def test_a_background_step_outlives_its_dag_block_and_keeps_the_role_order():
     the next block reads it, and a later call on the same role still waits for it."""
     log: list[str] = []
 
-    class Recorder:
-        def act(self, tag: str, delay: float = 0.0) -> str:
-            time.sleep(delay)
-            log.append(tag)
-            return tag
-
     with Controller() as controller:
-        controller.register_role(Role("a", worker_class=Recorder))
+        controller.register_role(Role("a", worker_class=recorder(log)))
         start = time.perf_counter()
         with controller.dag("step 1"):
             ahead = controller.call("a", "act", tag="ahead", delay=0.3, name="gen", background=True)

@@ -39,9 +39,7 @@ class SeparateAsyncStep:
     first step also takes W more from ``more``, so every batch is trained in data order.
     """
 
-    def __init__(self, depth: int, total_steps: int) -> None:
-        self.depth = depth
-        self.total_steps = total_steps
+    def __init__(self) -> None:
         self.pending: deque[DataChannel | DataProto] = deque()
         self._last_sync: DataChannel | None = None
         self._primed = False
@@ -52,12 +50,13 @@ class SeparateAsyncStep:
         if not self._primed:  # the rollout starts from the actor's weights (a resume's included)
             self._sync_weights(flow, version=step - 1)
             self._primed = True
+        depth = plan.rollout_ahead or 0
         if not self.pending:  # the first step, a resume that had nothing in flight, or W = 0
             self._generate(flow, plan, step, prompts)
-            for ahead in range(step + 1, min(step + self.depth, self.total_steps) + 1):
+            for ahead in range(step + 1, min(step + depth, plan.total_steps) + 1):
                 self._generate(flow, plan, ahead, next(more))
-        elif step + self.depth <= self.total_steps:
-            self._generate(flow, plan, step + self.depth, prompts)
+        elif step + depth <= plan.total_steps:
+            self._generate(flow, plan, step + depth, prompts)
         batch = self.pending.popleft()
         metrics: dict[str, float] = {}
         if isinstance(batch, DataChannel):
@@ -106,7 +105,8 @@ class SeparateAsyncStep:
 
 def staleness_metrics(batch: DataProto, step: int) -> dict[str, float]:
     """verl's ``training/off_policy/trajectory_staleness/*``: policy versions between a sample's last token and
-    the policy this step trains, (step - 1) - max_global_steps."""
+    the policy this step trains, (step - 1) - max_global_steps; and how long the rollout sat idle before it
+    generated the batch (``timing_s/rollout_idle``)."""
     versions = batch.non_tensor_batch.get("max_global_steps")
     if versions is None:
         return {}

@@ -117,8 +117,7 @@ class RLTrainer:
                     "trainer.v1.trainer_mode=separate_async runs its own step (generation ahead of training); "
                     "a trainer.step or a controller with its own _build_dag is for trainer_mode=sync"
                 )
-            depth = config.trainer.v1.separate_async.num_warmup_batches
-            self.rollout_ahead = SeparateAsyncStep(depth, self.total_training_steps)
+            self.rollout_ahead = SeparateAsyncStep()  # its depth is plan.rollout_ahead
             self.step_fn = self.rollout_ahead
         self.global_steps = 0
         self.tracking: Tracking | None = None  # fit()'s trackers, which validation tables go to

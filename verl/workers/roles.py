@@ -104,6 +104,27 @@ def on_device(method: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
+def load_policy_model(model_cfg: Any, device: torch.device) -> torch.nn.Module:
+    """The policy's causal LM from ``actor_rollout_ref.model`` (path, dtype, attention, overrides), on ``device``:
+    the actor's, and the separate rollout worker's copy."""
+    return load_hf_model(
+        model_cfg.path,
+        torch_dtype=model_cfg.torch_dtype,
+        attn_implementation=attention_for(model_cfg.attn_implementation, model_cfg.use_remove_padding),
+        trust_remote_code=model_cfg.trust_remote_code,
+        key="actor_rollout_ref.model.path",
+        override_config=model_cfg.override_config,
+        override_key="actor_rollout_ref.model.override_config",
+    ).to(device)
+
+
+def sampling_params(config: Any, validate: bool) -> SamplingParams:
+    """How the rollout samples: ``rollout`` (or, validating, ``rollout.val_kwargs``) of a trainer config."""
+    rollout_cfg = config.actor_rollout_ref.rollout
+    section = rollout_cfg.val_kwargs if validate else rollout_cfg
+    return SamplingParams.from_config(section, config.data.max_response_length, rollout_cfg.ignore_eos)
+
+
 def with_prompt_fields(output: DataProto, prompts: DataProto) -> DataProto:
     """``output`` with the prompts' fields the rollout does not produce (uid, ground truth, reward baselines,
     ...) passed through: the result is the whole batch the next steps need."""
@@ -222,15 +243,7 @@ class ActorRolloutRefWorker(Worker):
             need_ref = bool(config.algorithm.use_kl_in_reward or arr.actor.use_kl_loss)
         self.tokenizer = tokenizer_for(model_cfg)
         self.sizes = derive_sizes(config)
-        self.actor_model = load_hf_model(
-            model_cfg.path,
-            torch_dtype=model_cfg.torch_dtype,
-            attn_implementation=attention_for(model_cfg.attn_implementation, model_cfg.use_remove_padding),
-            trust_remote_code=model_cfg.trust_remote_code,
-            key="actor_rollout_ref.model.path",
-            override_config=model_cfg.override_config,
-            override_key="actor_rollout_ref.model.override_config",
-        ).to(self.device)
+        self.actor_model = load_policy_model(model_cfg, self.device)
         # LoRA (lora_rank > 0 or lora_adapter_path): adapters injected in place (new, or the saved ones),
         # only they train; the optimizer gets only them.
         self.actor_model = apply_lora(self.actor_model, model_cfg)
@@ -332,11 +345,7 @@ class ActorRolloutRefWorker(Worker):
         )
 
     def sampling_params(self, validate: bool) -> SamplingParams:
-        rollout_cfg = self.config.actor_rollout_ref.rollout
-        section = rollout_cfg.val_kwargs if validate else rollout_cfg
-        return SamplingParams.from_config(
-            section, self.config.data.max_response_length, rollout_cfg.ignore_eos
-        )
+        return sampling_params(self.config, validate)
 
     def _generate(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
         """The rollout engine's answer, through the server in rollout.mode=async. An engine with its own

@@ -15,14 +15,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl.models import eos_token_ids, load_hf_model, tokenizer_for
+from verl.models import eos_token_ids, tokenizer_for
 from verl.protocol import DataProto
 from verl.single_controller.base import Dispatch, Worker, register
 from verl.utils.precision import model_dtype, role_compute_dtype, rollout_compute_dtype
 from verl.workers.engine.packed_weights import unpack_weights
-from verl.workers.roles import attention_for, setup_process, trainer_config, with_prompt_fields
+from verl.workers.engine.trained import with_tied_names
+from verl.workers.roles import (
+    load_policy_model,
+    sampling_params,
+    setup_process,
+    trainer_config,
+    with_prompt_fields,
+)
 from verl.workers.rollout import get_rollout_class
-from verl.workers.rollout.base import SamplingParams
 
 VERSION_KEYS = ("min_global_steps", "max_global_steps")
 """verl's per-sample fields: the policy versions the sample's first and last tokens were drawn with"""
@@ -38,16 +44,7 @@ class RolloutWorker(Worker):
         arr = config.actor_rollout_ref
         model_cfg = arr.model
         self.tokenizer = tokenizer_for(model_cfg)
-        self.model = load_hf_model(
-            model_cfg.path,
-            torch_dtype=model_cfg.torch_dtype,
-            attn_implementation=attention_for(model_cfg.attn_implementation, model_cfg.use_remove_padding),
-            trust_remote_code=model_cfg.trust_remote_code,
-            key="actor_rollout_ref.model.path",
-            override_config=model_cfg.override_config,
-            override_key="actor_rollout_ref.model.override_config",
-        ).to(self.device)
-        self.model.eval().requires_grad_(False)
+        self.model = load_policy_model(model_cfg, self.device).eval().requires_grad_(False)
         rollout_cls = get_rollout_class(arr.rollout.name)
         self.rollout = rollout_cls(
             self.model,
@@ -66,18 +63,14 @@ class RolloutWorker(Worker):
         self.rollout.compute_dtype = rollout_compute_dtype(arr.rollout.dtype, compute, self.model)
         self.weights_version = 0
         self._idle_from: float | None = None
-        self.idle_seconds = 0.0
-        """time between the end of one generation and the start of the next (waiting for prompts or weights)"""
+        """when the last generation ended: the rollout sits idle from then until the next one starts"""
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Sample responses with the weights held now; every row is tagged with their version."""
         start = time.perf_counter()
         idle = 0.0 if self._idle_from is None else start - self._idle_from
-        rollout_cfg = self.config.actor_rollout_ref.rollout
-        sampling = SamplingParams.from_config(
-            rollout_cfg, self.config.data.max_response_length, rollout_cfg.ignore_eos
-        )
+        sampling = sampling_params(self.config, validate=False)
         with torch.no_grad():
             output = self.rollout.generate_sequences(prompts.to(self.device), sampling).to("cpu")
         output = with_prompt_fields(output, prompts)
@@ -96,9 +89,8 @@ class RolloutWorker(Worker):
             weights = next(w for w in weights if w is not None)
         if "buffers" in weights:
             weights = unpack_weights(weights)
-        missing, unexpected = self.model.load_state_dict(weights, strict=False)
-        tied = {name for name, _ in _tied_parameter_names(self.model)}
-        missing = [name for name in missing if name not in tied]
+        # a gathered state dict may name a tied weight (the LM head) once
+        missing, unexpected = self.model.load_state_dict(with_tied_names(self.model, weights), strict=False)
         if missing or unexpected:
             raise RuntimeError(
                 f"the actor's weights do not fit the rollout's model: missing {missing[:5]}, unexpected "
@@ -112,16 +104,3 @@ class RolloutWorker(Worker):
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.set_weights(state["weights"], state["version"])
-
-
-def _tied_parameter_names(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
-    """Parameters that share storage with an earlier one (a tied LM head): a state dict may name one of them."""
-    seen: dict[int, str] = {}
-    tied = []
-    for name, tensor in model.state_dict(keep_vars=True).items():
-        key = tensor.data_ptr()
-        if key in seen:
-            tied.append((name, tensor))
-        else:
-            seen[key] = name
-    return tied
