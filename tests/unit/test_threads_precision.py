@@ -132,3 +132,44 @@ def test_bf16_scorer_is_close_to_fp32(tiny_model_dir) -> None:
     bf16.sum().backward()
     assert all(p.grad is None or p.grad.dtype == torch.float32 for p in model.parameters())
     assert model.model.layers[0].self_attn.q_proj.weight.grad.abs().sum() > 0
+
+
+def test_a_training_forward_is_not_perturbed_by_autocast_in_another_thread():
+    """Autocast's cache of cast weights is one per process and any thread's autocast exit clears it. A
+    training forward under `compute_in` does not use it, so roles in threads of one process (the local
+    backend) train the same numbers whatever the other threads do. (With the cache, a weight used twice
+    got its gradient summed in bf16 or in fp32 depending on timing: most of these sums changed.)"""
+    import threading
+
+    from verl.utils.precision import compute_in
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 64)
+    x = torch.randn(16, 64)
+
+    def grad_sums(steps: int = 100) -> list[float]:
+        sums = []
+        for _ in range(steps):
+            with compute_in(torch.bfloat16):
+                out = layer(layer(x))  # the weight is used twice: a cached cast would be shared
+            out.float().square().mean().backward()
+            sums.append(layer.weight.grad.sum().item())
+            layer.zero_grad()
+        return sums
+
+    alone = grad_sums()
+    stop = threading.Event()
+
+    def other_thread() -> None:
+        while not stop.is_set():
+            with torch.no_grad(), compute_in(torch.bfloat16):
+                torch.mm(x, x.T)
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    try:
+        beside = grad_sums()
+    finally:
+        stop.set()
+        thread.join()
+    assert beside == alone

@@ -65,11 +65,17 @@ def choose_compute_dtype(
 
 @contextlib.contextmanager
 def compute_in(dtype: torch.dtype | None, device: torch.device | str = "cpu") -> Iterator[None]:
-    """Autocast to ``dtype`` (nothing when None)."""
+    """Autocast to ``dtype`` (nothing when None).
+
+    Where gradients flow, without autocast's cache of cast weights: that cache is one per process, and any
+    thread's autocast exit clears it, so with roles in threads of one process (the local backend: actor ∥
+    critic, actor ∥ rollout role) a training forward would sometimes reuse a weight's cast and sometimes
+    cast it again, and its gradients would differ in the last bits from run to run (measured, torch 2.13).
+    Inference keeps the cache: a cast gives the same values whether cached or not."""
     if dtype is None:
         yield
         return
-    with torch.autocast(torch.device(device).type, dtype=dtype):
+    with torch.autocast(torch.device(device).type, dtype=dtype, cache_enabled=not torch.is_grad_enabled()):
         yield
 
 
