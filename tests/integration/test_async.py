@@ -92,3 +92,52 @@ def test_rollout_correction_measures_the_staleness(tiny_model_dir, arithmetic_fi
     rows = [r for r in records(tmp_path) if r["step"] > 0]
     assert abs(rows[0]["rollout_corr/kl"]) < 1e-4  # step 1: the same policy
     assert abs(rows[-1]["rollout_corr/kl"]) > 1e-4 and rows[-1]["rollout_corr/chi2_token"] > 0
+
+
+# ---------------------------------------------------------------------------------------------- streaming
+
+STREAM = (ASYNC, "async_training.staleness_threshold=0.5", "data.max_response_length=12")
+
+
+@pytest.fixture(scope="module")
+def ragged_model_dir(tiny_model_dir, tmp_path_factory):
+    from tests._ragged import save_ragged_model
+
+    return save_ragged_model(tiny_model_dir, tmp_path_factory.mktemp("ragged") / "model")
+
+
+def trained_prompts(out_dir):
+    """Every prompt trained in the run (one entry per response), sorted: from trainer.rollout_data_dir."""
+    dumps = sorted((out_dir / "rollouts").glob("*.jsonl"))
+    return sorted(json.loads(line)["input"] for path in dumps for line in path.read_text().splitlines())
+
+
+def test_streaming_trains_every_prompt_once_with_partial_rollouts(
+    ragged_model_dir, arithmetic_files, tmp_path
+):
+    """staleness_threshold > 0: batches are the first groups to finish, the rest go on under newer weights;
+    nothing is lost or trained twice, and the run does not depend on thread timing."""
+    dump = lambda out: f"trainer.rollout_data_dir={out / 'rollouts'}"  # noqa: E731
+    sync, a, b = tmp_path / "sync", tmp_path / "a", tmp_path / "b"
+    run(ragged_model_dir, arithmetic_files, sync, "data.max_response_length=12", dump(sync), steps=6)
+    run(ragged_model_dir, arithmetic_files, a, *STREAM, dump(a), steps=6)
+    assert trained_prompts(a) == trained_prompts(sync)
+    rows = [r for r in records(a) if r["step"] > 0]
+    assert (
+        max(r["fully_async/partial/max_partial_span"] for r in rows) >= 1
+    )  # some generations spanned versions
+    assert sum(r["fully_async/partial/total_partial_num"] for r in rows) > 0
+    assert all(r[f"{STALENESS}/max"] <= 8 for r in rows)  # max_off_policy_threshold
+    assert rows[-1]["fully_async/pool/groups"] == 0  # every submitted prompt was trained
+    run(ragged_model_dir, arithmetic_files, b, *STREAM, dump(b), steps=6)
+    assert numbers(a, drop=("timing_s/", "perf/")) == numbers(b, drop=("timing_s/", "perf/"))
+
+
+def test_streaming_without_partial_rollouts_finishes_generations_under_their_weights(
+    ragged_model_dir, arithmetic_files, tmp_path
+):
+    out = tmp_path / "run"
+    run(ragged_model_dir, arithmetic_files, out, *STREAM, "async_training.partial_rollout=false", steps=6)
+    rows = [r for r in records(out) if r["step"] > 0]
+    assert all(r["fully_async/partial/max_partial_span"] == 0 for r in rows)
+    assert rows[-1]["fully_async/pool/groups"] == 0

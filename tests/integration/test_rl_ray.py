@@ -187,3 +187,43 @@ def test_one_step_off_on_ray_runs_the_rollout_in_a_process_of_its_own(
         ]
     assert runs["ray"][-1]["training/off_policy/trajectory_staleness/max"] == 1.0
     assert runs["ray"] == runs["local"]
+
+
+def test_streaming_on_ray_equals_in_process_and_resumes_exactly(tiny_model_dir, arithmetic_files, tmp_path):
+    """async_training.staleness_threshold > 0 with Ray: the streaming rollout's pool lives in another
+    process; the run logs what it logs in-process, and a resume on Ray from a checkpoint taken mid-run (the
+    pool's generations in it) logs what the uninterrupted run logged."""
+    import json
+
+    def metrics(out):
+        drop = ("timing_s/", "perf/", "memory/")
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        return {r["step"]: {k: v for k, v in r.items() if not k.startswith(drop)} for r in rows}
+
+    def fit(out, backend, *extra):
+        config = small_config(
+            tiny_model_dir,
+            arithmetic_files,
+            out,
+            "trainer.v1.trainer_mode=separate_async",
+            "async_training.staleness_threshold=0.5",
+            "data.max_response_length=12",
+            f"trainer.backend={backend}",
+            "trainer.total_training_steps=4",
+            "trainer.torch_threads=1",
+            "trainer.save_freq=2",
+            *extra,
+        )
+        trainer = RLTrainer(config, reward_fn=parity_reward)
+        try:
+            trainer.fit()
+        finally:
+            trainer.shutdown()
+        return metrics(out)
+
+    local, ray_run = fit(tmp_path / "local", "local"), fit(tmp_path / "ray", "ray")
+    assert ray_run == local
+    assert ray_run[4]["fully_async/pool/groups"] == 0
+    resumed = fit(tmp_path / "resumed", "ray", f"trainer.resume_mode={tmp_path / 'ray' / 'global_step_2'}")
+    for step in (3, 4):
+        assert resumed[step] == ray_run[step], f"step {step} differs after resuming on Ray"

@@ -417,3 +417,26 @@ def test_verls_v1_trainer_modes() -> None:
         ppo("trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.parameter_sync_step=2")
     with pytest.raises(ConfigError, match="does not support LoRA"):
         ppo("trainer.v1.trainer_mode=separate_async", f"{ARR}.model.lora_rank=8")
+
+
+def test_verls_fully_async_keys() -> None:
+    """async_training.* (verl's fully-async trainer): streaming within trainer_mode=separate_async."""
+    mode = "trainer.v1.trainer_mode=separate_async"
+    cfg = ppo(mode, "async_training.staleness_threshold=0.5", "async_training.trigger_parameter_sync_step=4")
+    assert cfg.async_training.staleness_threshold == 0.5 and cfg.async_training.partial_rollout
+    with pytest.raises(ConfigError, match="needs trainer.v1.trainer_mode=separate_async"):
+        ppo("async_training.staleness_threshold=0.5")
+    with pytest.raises(ConfigError, match=r"async_training.trigger_parameter_sync_step=2: the weights"):
+        ppo(mode, "async_training.trigger_parameter_sync_step=2")
+    with pytest.raises(ConfigError, match="name the same thing"):
+        ppo(
+            mode,
+            "async_training.trigger_parameter_sync_step=4",
+            "trainer.v1.separate_async.parameter_sync_step=2",
+        )
+    with pytest.raises(ConfigError, match="require_batches=2: here one ppo mini-batch"):
+        ppo(mode, "async_training.require_batches=2")
+    with pytest.raises(ConfigError, match="only rollout.name=fast does"):
+        ppo(mode, "async_training.staleness_threshold=0.5", f"{ARR}.rollout.name=hf")
+    with pytest.raises(ConfigError, match="staleness_threshold"):
+        ppo(mode, "async_training.staleness_threshold=-1")

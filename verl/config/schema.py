@@ -383,6 +383,26 @@ class TrainerV1Config:
 
 
 @dataclass
+class AsyncTrainingConfig:
+    """``async_training``: verl's fully-async trainer's keys. Here they refine
+    ``trainer.v1.trainer_mode=separate_async``: a ``staleness_threshold`` above 0 makes the rollout stream."""
+
+    staleness_threshold: float = 0.0
+    """0: every batch is a fixed set of prompts, generated num_warmup_batches steps ahead. Above 0: the
+    rollout holds ceil(staleness_threshold x data.train_batch_size) prompts more, each batch is the first
+    groups to finish, and the slowest go on into a later step (verl's recipe defaults to 0.1)"""
+    partial_rollout: bool = True
+    """a generation unfinished at a weight update goes on under the new weights (its tokens' versions
+    recorded); false: it is finished under the old weights before the rollout takes the new ones"""
+    trigger_parameter_sync_step: Optional[int] = None
+    """optimizer steps per weight sync; as trainer.v1.separate_async.parameter_sync_step (None: derived)"""
+    require_batches: int = 1
+    """ppo mini-batches per optimizer step: 1 here (a mini-batch is one optimizer step)"""
+    use_trainer_do_validate: bool = False
+    """validation generates on the trainer's actor here in any case (true changes nothing)"""
+
+
+@dataclass
 class TrainerSection:
     """``trainer``: the RL loop, logging and checkpoints."""
 
@@ -537,6 +557,8 @@ class TrainerConfig:
     """reward computation"""
     trainer: TrainerSection = field(default_factory=TrainerSection)
     """loop, logging and checkpoints"""
+    async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
+    """verl's fully-async keys: streaming rollout with partial rollouts (trainer_mode=separate_async)"""
     prepare: PrepareConfig = field(default_factory=PrepareConfig)
     """creation of missing inputs (ours, not verl)"""
     compat: CompatSection = field(default_factory=CompatSection)

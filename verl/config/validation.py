@@ -496,8 +496,27 @@ def _async_errors(errors: list[str], cfg: DictConfig) -> None:
             "under the new weights) is not built here; separate_async generates the next batches on a rollout "
             "role of its own while the actor trains"
         )
+    fully = cfg.async_training
+    _at_least(errors, "async_training.staleness_threshold", fully.staleness_threshold, 0)
+    _at_least(errors, "async_training.require_batches", fully.require_batches, 1)
     if v1.trainer_mode != "separate_async":
+        if isinstance(fully.staleness_threshold, (int, float)) and fully.staleness_threshold > 0:
+            errors.append(
+                f"async_training.staleness_threshold={fully.staleness_threshold}: the streaming rollout of "
+                f"fully-async training needs {key}.trainer_mode=separate_async (it is {v1.trainer_mode})"
+            )
         return
+    if fully.require_batches != 1:
+        errors.append(
+            f"async_training.require_batches={fully.require_batches}: here one ppo mini-batch is one optimizer "
+            f"step; make {ARR}.actor.ppo_mini_batch_size {fully.require_batches}x larger instead"
+        )
+    streaming = isinstance(fully.staleness_threshold, (int, float)) and fully.staleness_threshold > 0
+    if streaming and cfg.actor_rollout_ref.rollout.name != "fast":
+        errors.append(
+            f"async_training.staleness_threshold={fully.staleness_threshold}: the streaming rollout interrupts "
+            f"generations mid-way, which only rollout.name=fast does (it is {cfg.actor_rollout_ref.rollout.name})"
+        )
     ahead = v1.separate_async.num_warmup_batches
     _at_least(errors, f"{key}.separate_async.num_warmup_batches", ahead, 0)
     if isinstance(ahead, int) and ahead >= v1.sampler.max_off_policy_threshold:
@@ -507,6 +526,15 @@ def _async_errors(errors: list[str], cfg: DictConfig) -> None:
         )
     arr, data = cfg.actor_rollout_ref, cfg.data
     sync_step = v1.separate_async.parameter_sync_step
+    trigger = fully.trigger_parameter_sync_step
+    if trigger is not None and sync_step is not None and trigger != sync_step:
+        errors.append(
+            f"async_training.trigger_parameter_sync_step={trigger} and {key}.separate_async.parameter_sync_step="
+            f"{sync_step} name the same thing (optimizer steps per weight sync); set one"
+        )
+    sync_key = f"{key}.separate_async.parameter_sync_step"
+    if sync_step is None:
+        sync_step, sync_key = trigger, "async_training.trigger_parameter_sync_step"
     mini = arr.actor.ppo_mini_batch_size
     if (
         sync_step is not None
@@ -515,7 +543,7 @@ def _async_errors(errors: list[str], cfg: DictConfig) -> None:
         and sync_step * mini != data.train_batch_size
     ):
         errors.append(
-            f"{key}.separate_async.parameter_sync_step={sync_step}: the weights are synced once per RL step, after "
+            f"{sync_key}={sync_step}: the weights are synced once per RL step, after "
             f"data.train_batch_size / {ARR}.actor.ppo_mini_batch_size = {data.train_batch_size} / {mini} "
             "mini-batches; leave it null or make the product equal data.train_batch_size (verl's rule)"
         )

@@ -15,6 +15,7 @@ its version (``max_global_steps``), and the step logs verl's staleness metrics.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -43,20 +44,17 @@ class SeparateAsyncStep:
         self.pending: deque[DataChannel | DataProto] = deque()
         self._last_sync: DataChannel | None = None
         self._primed = False
+        self._flow: Controller | None = None
 
     def __call__(
         self, flow: Controller, plan: StepPlan, step: int, prompts: DataProto, more: Iterator[DataProto]
     ) -> StepResult:
+        self._flow = flow
         if not self._primed:  # the rollout starts from the actor's weights (a resume's included)
+            self._prime(flow)
             self._sync_weights(flow, version=step - 1)
             self._primed = True
-        depth = plan.rollout_ahead or 0
-        if not self.pending:  # the first step, a resume that had nothing in flight, or W = 0
-            self._generate(flow, plan, step, prompts)
-            for ahead in range(step + 1, min(step + depth, plan.total_steps) + 1):
-                self._generate(flow, plan, ahead, next(more))
-        elif step + depth <= plan.total_steps:
-            self._generate(flow, plan, step + depth, prompts)
+        self._declare_generation(flow, plan, step, prompts, more)
         batch = self.pending.popleft()
         metrics: dict[str, float] = {}
         if isinstance(batch, DataChannel):
@@ -64,7 +62,7 @@ class SeparateAsyncStep:
             ready = batch.get()
             metrics["timing_s/gen"] = time.perf_counter() - start  # the trainer's wait (verl's meaning here)
             metrics["timing_s/generate_async"] = flow.seconds(batch)
-            batch = ready
+            batch = ready[0] if isinstance(ready, list) else ready  # (a one-rank group's answer)
         else:
             metrics["timing_s/gen"] = 0.0
         # A batch restored from a checkpoint comes back with contiguous tensors; the same layout either way
@@ -72,12 +70,34 @@ class SeparateAsyncStep:
         batch = batch.select()  # (a channel's value is never changed in place)
         for key, tensor in list(batch.batch.items()):
             batch.batch[key] = tensor.contiguous()
-        metrics.update(staleness_metrics(batch, step))
+        metrics.update(self._batch_metrics(batch, step))
         if self._last_sync is not None and self._last_sync.ready():
             metrics["timing_s/update_weights"] = flow.seconds(self._last_sync)
         result = train_on(flow, plan, step, batch, more, [metrics])
+        self._before_sync(flow)
         self._sync_weights(flow, version=step)
         return result
+
+    def _prime(self, flow: Controller) -> None:
+        """Before the first weight sync (at the start, or of a resumed run)."""
+
+    def _declare_generation(
+        self, flow: Controller, plan: StepPlan, step: int, prompts: DataProto, more: Iterator[DataProto]
+    ) -> None:
+        """Queue the generation of batch ``step + depth`` (at the start: of batches ``step`` to it)."""
+        depth = plan.rollout_ahead or 0
+        if not self.pending:  # the first step, a resume that had nothing in flight, or W = 0
+            self._generate(flow, plan, step, prompts)
+            for ahead in range(step + 1, min(step + depth, plan.total_steps) + 1):
+                self._generate(flow, plan, ahead, next(more))
+        elif step + depth <= plan.total_steps:
+            self._generate(flow, plan, step + depth, prompts)
+
+    def _batch_metrics(self, batch: DataProto, step: int) -> dict[str, float]:
+        return staleness_metrics(batch, step)
+
+    def _before_sync(self, flow: Controller) -> None:
+        """After the step's update is declared, before the rollout takes the new weights."""
 
     def _generate(self, flow: Controller, plan: StepPlan, step: int, prompts: DataProto) -> None:
         groups = with_group_ids(prompts, f"{step}-0").repeat(plan.n, interleave=True)
@@ -97,10 +117,153 @@ class SeparateAsyncStep:
 
     def state_dict(self) -> dict[str, Any]:
         """The batches in flight, finished (a checkpoint waits for them): a resume trains exactly these."""
-        return {"pending": [b.get() if isinstance(b, DataChannel) else b for b in self.pending]}
+        return {"pending": [_finished(b) for b in self.pending]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.pending = deque(state.get("pending", []))
+
+
+def async_step_for(config: Any, plan: StepPlan) -> SeparateAsyncStep:
+    """The step of ``trainer_mode=separate_async``: streaming when ``async_training.staleness_threshold`` > 0."""
+    fully = config.async_training
+    if fully.staleness_threshold <= 0:
+        return SeparateAsyncStep()
+    return StreamingAsyncStep(
+        extra=math.ceil(fully.staleness_threshold * plan.train_batch_size),
+        partial_rollout=bool(fully.partial_rollout),
+        max_staleness=int(config.trainer.v1.sampler.max_off_policy_threshold),
+    )
+
+
+def _finished(batch: DataChannel | DataProto) -> DataProto:
+    if isinstance(batch, DataProto):
+        return batch
+    ready = batch.get()
+    return ready[0] if isinstance(ready, list) else ready
+
+
+class StreamingAsyncStep(SeparateAsyncStep):
+    """Fully asynchronous training (``async_training.staleness_threshold`` > 0): the rollout streams.
+
+    verl's fully-async trainer lets the rollout generate up to (1 + staleness_threshold) x the prompts of a
+    weight-sync window. Here the rollout's pool holds, besides the batches it generates ahead, ``extra``
+    = ceil(staleness_threshold x train_batch_size) more prompts, and each batch is the first
+    ``train_batch_size`` groups of the pool to finish (oldest first), not a fixed set of prompts: the
+    slowest generations are left running and trained in a later step. With ``partial_rollout`` they go on
+    under the new weights (each token's version recorded); without it they are finished under their old
+    weights before the rollout takes the new ones. An unfinished generation older than ``max_staleness``
+    versions starts again. Every prompt of the data order is trained exactly once::
+
+        step s:  rollout <- submit prompts up to batch s+W plus `extra`     (W = num_warmup_batches)
+                 rollout <- collect(the first train_batch_size groups)      (batch s+W)
+                 batch s <- the rollout's earlier collect
+                 train on batch s
+                 rollout <- finish_started()                                (partial_rollout=False only)
+                 rollout <- the actor's weights after step s
+    """
+
+    def __init__(self, extra: int, partial_rollout: bool, max_staleness: int) -> None:
+        super().__init__()
+        self.extra = extra
+        self.partial_rollout = partial_rollout
+        self.max_staleness = max_staleness
+        self.queued: deque[DataProto] = deque()
+        """prompts of the data order received from the trainer's loop, not yet handed to the rollout"""
+        self.received = 0
+        self.submitted = 0
+        self.stale_samples = 0
+        """samples trained so far whose first token an older policy than the step's drew (verl's count)"""
+        self._pool_state: dict[str, Any] | None = None
+
+    def _prime(self, flow: Controller) -> None:
+        if self._pool_state is not None:  # a resumed run's generations in flight, back into the rollout
+            flow.groups[ROLLOUT].call_rank0("load_pool", self._pool_state)
+            self._pool_state = None
+
+    def _declare_generation(
+        self, flow: Controller, plan: StepPlan, step: int, prompts: DataProto, more: Iterator[DataProto]
+    ) -> None:
+        depth = plan.rollout_ahead or 0
+        size = plan.train_batch_size
+        first = step if not self.pending else step + depth
+        last = min(step + depth, plan.total_steps)
+        target = min(plan.total_steps * size, last * size + self.extra)  # prompts the rollout should have had
+        self.queued.append(prompts)
+        self.received += len(prompts)
+        while self.received < target:
+            more_prompts = next(more)
+            self.queued.append(more_prompts)
+            self.received += len(more_prompts)
+        if self.submitted < target:
+            self._submit(flow, plan, target - self.submitted)
+        for ahead in range(first, last + 1):
+            self.pending.append(
+                flow.call(
+                    ROLLOUT, "collect", num_groups=size, train_step=ahead, max_staleness=self.max_staleness,
+                    name="generate_async", background=True,
+                )
+            )  # fmt: skip
+
+    def _submit(self, flow: Controller, plan: StepPlan, count: int) -> None:
+        """The next ``count`` prompts of the data order, as groups, into the rollout's pool."""
+        parts = []
+        while count > 0:
+            head = self.queued.popleft()
+            if len(head) > count:
+                head, rest = head[:count], head[count:]
+                self.queued.appendleft(rest)
+            parts.append(head)
+            count -= len(head)
+        prompts = DataProto.concat(parts) if len(parts) > 1 else parts[0]
+        groups = with_group_ids(prompts, f"p{self.submitted}").repeat(plan.n, interleave=True)
+        self.submitted += len(prompts)
+        flow.call(ROLLOUT, "submit", prompts=groups, name="submit", background=True)
+
+    def _batch_metrics(self, batch: DataProto, step: int) -> dict[str, float]:
+        metrics = staleness_metrics(batch, step)
+        first = np.asarray(batch.non_tensor_batch["min_global_steps"], dtype=np.int64)
+        last = np.asarray(batch.non_tensor_batch["max_global_steps"], dtype=np.int64)
+        self.stale_samples += int(np.sum(first < step - 1))
+        partial = first != last
+        metrics.update(
+            {
+                "fully_async/partial/total_partial_num": float(partial.sum()),
+                "fully_async/partial/partial_ratio": float(partial.mean()),
+                "fully_async/partial/max_partial_span": float(np.max(last - first)),
+                "fully_async/count/stale_samples_processed": float(self.stale_samples),
+                "fully_async/count/restarted_groups": float(batch.meta_info.get("restarted_groups", 0)),
+                "fully_async/pool/groups": float(batch.meta_info.get("pool_groups", 0)),
+            }
+        )
+        return metrics
+
+    def _before_sync(self, flow: Controller) -> None:
+        if not self.partial_rollout:
+            flow.call(ROLLOUT, "finish_started", name="finish_started", background=True)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self._last_sync is not None:
+            self._last_sync.get()  # the rollout has done everything declared: its pool is settled
+        pool = self._pool_state
+        if self._flow is not None and self._primed:
+            pool = self._flow.groups[ROLLOUT].call_rank0("pool_state")
+        state.update(
+            queued=list(self.queued),
+            received=self.received,
+            submitted=self.submitted,
+            stale_samples=self.stale_samples,
+            pool=pool,
+        )
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.queued = deque(state["queued"])
+        self.received = int(state["received"])
+        self.submitted = int(state["submitted"])
+        self.stale_samples = int(state["stale_samples"])
+        self._pool_state = state["pool"]
 
 
 def staleness_metrics(batch: DataProto, step: int) -> dict[str, float]:

@@ -27,7 +27,7 @@ from verl.data import EpochSampler, RLDataset, collate_rl, iterate_batches
 from verl.models import tokenizer_for
 from verl.protocol import DataProto
 from verl.single_controller.flow import Controller, DataChannel, Role
-from verl.trainer.async_step import ROLLOUT, SeparateAsyncStep
+from verl.trainer.async_step import ROLLOUT, SeparateAsyncStep, async_step_for
 from verl.trainer.checkpointing import Checkpointer, drop_metrics_after
 from verl.trainer.controllers import load_controller_class, load_step_function
 from verl.trainer.generations import (
@@ -117,7 +117,7 @@ class RLTrainer:
                     "trainer.v1.trainer_mode=separate_async runs its own step (generation ahead of training); "
                     "a trainer.step or a controller with its own _build_dag is for trainer_mode=sync"
                 )
-            self.rollout_ahead = SeparateAsyncStep()  # its depth is plan.rollout_ahead
+            self.rollout_ahead = async_step_for(config, self.plan)  # its depth is plan.rollout_ahead
             self.step_fn = self.rollout_ahead
         self.global_steps = 0
         self.tracking: Tracking | None = None  # fit()'s trackers, which validation tables go to

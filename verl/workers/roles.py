@@ -65,6 +65,7 @@ from verl.workers.errors import (
 )
 from verl.workers.requests import UpdateRequest
 from verl.workers.rollout import SamplingParams, get_rollout_class
+from verl.workers.rollout.base import with_prompt_fields
 from verl.workers.rollout.server import RolloutServer, generate_batch
 
 
@@ -123,17 +124,6 @@ def sampling_params(config: Any, validate: bool) -> SamplingParams:
     rollout_cfg = config.actor_rollout_ref.rollout
     section = rollout_cfg.val_kwargs if validate else rollout_cfg
     return SamplingParams.from_config(section, config.data.max_response_length, rollout_cfg.ignore_eos)
-
-
-def with_prompt_fields(output: DataProto, prompts: DataProto) -> DataProto:
-    """``output`` with the prompts' fields the rollout does not produce (uid, ground truth, reward baselines,
-    ...) passed through: the result is the whole batch the next steps need."""
-    for key, values in prompts.non_tensor_batch.items():
-        output.non_tensor_batch.setdefault(key, values)
-    for key, tensor in prompts.batch.items():
-        output.batch.setdefault(key, tensor)
-    output.meta_info = {**prompts.meta_info, **output.meta_info}
-    return output
 
 
 def save_hf_metadata(hf_model: torch.nn.Module, tokenizer: Any, path: Path) -> None:

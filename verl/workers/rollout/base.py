@@ -205,6 +205,17 @@ def assemble_rollout_output(
     )
 
 
+def with_prompt_fields(output: DataProto, prompts: DataProto) -> DataProto:
+    """``output`` with the prompts' fields the rollout does not produce (uid, ground truth, reward baselines,
+    ...) passed through: the result is the whole batch the next steps need."""
+    for key, values in prompts.non_tensor_batch.items():
+        output.non_tensor_batch.setdefault(key, values)
+    for key, tensor in prompts.batch.items():
+        output.batch.setdefault(key, tensor)
+    output.meta_info = {**prompts.meta_info, **output.meta_info}
+    return output
+
+
 def left_padded_batch(
     prompt_ids: list[list[int]], pad_token_id: int, device: torch.device | str = "cpu"
 ) -> DataProto:

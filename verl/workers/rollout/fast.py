@@ -32,6 +32,9 @@ but scored under the untruncated one, exactly as the actor scores them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 from verl.models.kv_cache import leading_padding_columns
@@ -75,7 +78,7 @@ def scoring_temperature(sampling: SamplingParams) -> float:
     return sampling.temperature if sampling.temperature > 0 else 1.0
 
 
-def draw(probs: torch.Tensor) -> torch.Tensor:
+def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """One token per row from (unnormalised) probabilities, by inverting the CDF.
 
     Exact like ``torch.multinomial`` (which HF uses) but ~15x cheaper on a CPU: one uniform number per
@@ -86,13 +89,16 @@ def draw(probs: torch.Tensor) -> torch.Tensor:
     """
     cdf = probs.cumsum(dim=-1)
     total = cdf[:, -1:].contiguous()
-    u = torch.rand(total.shape, dtype=cdf.dtype, device=cdf.device) * total
+    u = torch.rand(total.shape, dtype=cdf.dtype, device=cdf.device, generator=generator) * total
     drawn = torch.searchsorted(cdf, u, right=True)
     return torch.minimum(drawn, torch.searchsorted(cdf, total)).squeeze(-1)
 
 
-def sample_next(logits: torch.Tensor, sampling: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
-    """The next token of each row and its log-prob under softmax(logits / T), untruncated."""
+def sample_next(
+    logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The next token of each row and its log-prob under softmax(logits / T), untruncated; drawn from
+    ``generator`` (None: torch's default one)."""
     logits = logits.float()
     temperature = scoring_temperature(sampling)
     scaled = logits / temperature if temperature != 1.0 else logits
@@ -100,9 +106,11 @@ def sample_next(logits: torch.Tensor, sampling: SamplingParams) -> tuple[torch.T
     if not sampling.do_sample:
         tokens = logits.argmax(dim=-1)
     elif 0 < sampling.top_k < logits.shape[-1] or sampling.top_p < 1.0:
-        tokens = draw(torch.softmax(warp_logits(logits, sampling), dim=-1))
+        tokens = draw(torch.softmax(warp_logits(logits, sampling), dim=-1), generator)
     else:
-        tokens = draw(log_probs.exp())  # no truncation: the scoring distribution is the sampling one
+        tokens = draw(
+            log_probs.exp(), generator
+        )  # no truncation: the scoring distribution is the sampling one
     return tokens, log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
@@ -146,21 +154,48 @@ class FastRollout(RolloutEngine):
     @torch.no_grad()
     def generate_sequences(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
         chunks = prompts.split(self.micro_batch_size) if self.micro_batch_size else [prompts]
+        outputs = self._in_eval(
+            lambda weights: [self._generate(chunk, sampling, weights) for chunk in chunks]
+        )
+        return DataProto.concat(outputs) if len(outputs) > 1 else outputs[0]
+
+    @torch.no_grad()
+    def decode_until(
+        self,
+        prompts: DataProto,
+        sampling: SamplingParams,
+        enough: Callable[[torch.Tensor], bool],
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Decode every row together until ``enough(finished)`` (a bool per row) says stop, or all rows finish.
+
+        Returns the responses and log-probs [batch, max_new] (entries after a row's stop token, or after the
+        last step, are arbitrary) and the number of decode steps taken: a row still unfinished then has that
+        many tokens. ``generator``: where the draws come from (None: torch's default generator). The streaming rollout interrupts generations this way (`verl.workers.rollout.streaming`).
+        """
+
+        def decode(weights: LeanWeights | None) -> tuple[torch.Tensor, torch.Tensor, int]:
+            with torch.inference_mode():
+                responses, log_probs, steps = self._decode(prompts, sampling, weights, enough, generator)
+            return responses.clone(), log_probs.clone(), steps
+
+        return self._in_eval(decode)
+
+    def _in_eval(self, fn: Callable[[LeanWeights | None], Any]) -> Any:
+        """``fn(weights)`` with the module in eval mode, under the engine's compute dtype."""
         was_training = self.model.training
         self.model.eval()
         try:
             with compute_in(self.compute_dtype, next(self.model.parameters()).device):
-                weights = self.decoder_cls.prepare(self.model)  # under the autocast: it picks the dtype
-                outputs = [self._generate(chunk, sampling, weights) for chunk in chunks]
+                return fn(self.decoder_cls.prepare(self.model))  # under the autocast: it picks the dtype
         finally:
             self.model.train(was_training)
-        return DataProto.concat(outputs) if len(outputs) > 1 else outputs[0]
 
     def _generate(
         self, prompts: DataProto, sampling: SamplingParams, weights: LeanWeights | None
     ) -> DataProto:
         with torch.inference_mode():
-            responses, log_probs = self._decode(prompts, sampling, weights)
+            responses, log_probs, _ = self._decode(prompts, sampling, weights)
         # Inference-mode tensors cannot be saved for backward, and the update uses these: plain copies.
         responses, log_probs = responses.clone(), log_probs.clone()
         output = assemble_rollout_output(
@@ -175,9 +210,15 @@ class FastRollout(RolloutEngine):
         return output
 
     def _decode(
-        self, prompts: DataProto, sampling: SamplingParams, weights: LeanWeights | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Responses [batch, max_new] and their log-probs; entries after a row's EOS are arbitrary."""
+        self,
+        prompts: DataProto,
+        sampling: SamplingParams,
+        weights: LeanWeights | None,
+        enough: Callable[[torch.Tensor], bool] | None = None,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Responses [batch, max_new], their log-probs (entries after a row's EOS are arbitrary) and the
+        decode steps taken; ``enough``: see :meth:`decode_until`."""
         input_ids, attention_mask = _strip_common_left_padding(
             prompts.batch["input_ids"], prompts.batch["attention_mask"]
         )
@@ -194,8 +235,9 @@ class FastRollout(RolloutEngine):
         rows = torch.arange(batch, device=input_ids.device)  # the output row of each active row
         finished = torch.zeros_like(rows, dtype=torch.bool)
         budgets = prompts.batch.get(ROW_BUDGET_KEY)  # each row's own max_new_tokens (an agent loop's turns)
+        done = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)  # by output row, for `enough`
         for t in range(max_new):
-            tokens, token_log_probs = sample_next(logits, sampling)
+            tokens, token_log_probs = sample_next(logits, sampling, generator)
             responses[rows, t] = tokens
             log_probs[rows, t] = token_log_probs
             finished |= is_stop[tokens]
@@ -204,12 +246,16 @@ class FastRollout(RolloutEngine):
             n_finished = int(finished.sum())
             if t == max_new - 1 or n_finished == len(rows):
                 break
+            if enough is not None:
+                done[rows] = finished
+                if enough(done):
+                    break
             if n_finished >= max(1.0, self.compact_fraction * len(rows)):
                 keep = (~finished).nonzero().squeeze(-1)
                 decoder.keep_rows(keep)
                 rows, tokens, finished = rows[keep], tokens[keep], finished[keep]
             logits = decoder.step(tokens)
-        return responses, log_probs
+        return responses, log_probs, t + 1
 
 
 def _strip_common_left_padding(
