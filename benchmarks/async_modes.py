@@ -9,7 +9,12 @@ trainer's wait for its batch, the staleness, and held-out accuracy at the end.
     python benchmarks/async_modes.py --setting other_warm_start --steps 1200 --modes sync,ahead1,ahead4,ahead4_tis
 
 Settings: ``default`` is the default recipe; ``other_warm_start`` the setting of benchmarks/other_warm_start.py
-(a warm start from which the default recipe climbs), built under --work on first use.
+(a warm start from which the default recipe climbs); ``ragged`` that setting's data and model with a warm start
+that writes a filler of 0-24 words after its answer ("42 ok ok ..."), so responses run from 2 to ~50 tokens
+and a batch's slowest rows set its generation time (the tail the streaming modes leave running). Built under
+--work on first use.
+
+    python benchmarks/async_modes.py --setting ragged --steps 300 --modes sync,ahead1,stream,stream_nopartial
 """
 
 from __future__ import annotations
@@ -32,6 +37,15 @@ MODES = {
     # decoupled correction: token-level truncated IS of π_old against the stale π_rollout
     "ahead1_tis": [ASYNC, "trainer.v1.separate_async.num_warmup_batches=1", "algorithm.rollout_correction.rollout_is=token"],
     "ahead4_tis": [ASYNC, "trainer.v1.separate_async.num_warmup_batches=4", "algorithm.rollout_correction.rollout_is=token"],
+    # bypass: π_old is the stale π_rollout, so PPO's clip bounds how far an update moves from the policy that drew
+    "ahead4_bypass": [ASYNC, "trainer.v1.separate_async.num_warmup_batches=4", "algorithm.rollout_correction.bypass_mode=true"],
+    # decoupled, sequences rejected when their mean k3 divergence from π_rollout exceeds 0.01 (verl's k3 preset)
+    "ahead4_k3rs": [ASYNC, "trainer.v1.separate_async.num_warmup_batches=4", "algorithm.rollout_correction.rollout_rs=seq_mean_k3", "algorithm.rollout_correction.rollout_rs_threshold=0.01"],
+    "ahead4_seqis": [ASYNC, "trainer.v1.separate_async.num_warmup_batches=4", "algorithm.rollout_correction.rollout_is=sequence"],
+    # fully async: the rollout holds half a batch more, hands over the first groups to finish
+    "stream": [ASYNC, "async_training.staleness_threshold=0.5"],
+    "stream_nopartial": [ASYNC, "async_training.staleness_threshold=0.5", "async_training.partial_rollout=false"],
+    "stream0": [ASYNC, "async_training.staleness_threshold=0.5", "trainer.v1.separate_async.num_warmup_batches=0"],
 }  # fmt: skip
 
 
@@ -48,7 +62,46 @@ def setting_overrides(name: str, work: Path) -> list[str]:
             f"data.train_files={train}",
             f"data.val_files={test}",
         ]
-    raise SystemExit(f"--setting {name}: choose default or other_warm_start")
+    if name == "ragged":
+        train, test, model = build_ragged(work)
+        return [
+            f"actor_rollout_ref.model.path={model}",
+            f"data.train_files={train}",
+            f"data.val_files={test}",
+            "data.max_response_length=64",
+        ]
+    raise SystemExit(f"--setting {name}: choose default, other_warm_start or ragged")
+
+
+def build_ragged(work: Path) -> tuple[Path, Path, Path]:
+    """other_warm_start's data with a response of the answer then 0-24 filler words (the SFT target; the reward
+    takes the first integer), and a warm start on it from other_warm_start's initial model (built once)."""
+    import hashlib
+
+    import pyarrow.parquet as pq
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from other_warm_start import build, verl
+
+    from verl.data.io import write_rows
+
+    train, test, _ = build(work)
+    data = work / "ragged-data"
+    if not (data / "test.parquet").exists():
+        for split in (train, test):
+            rows = pq.read_table(split).to_pylist()
+            for row in rows:
+                answer = row["reward_model"]["ground_truth"]
+                words = int(hashlib.md5(row["prompt"][0]["content"].encode()).hexdigest(), 16) % 25
+                row["extra_info"]["ragged_response"] = " ".join([answer] + ["ok"] * words)
+            write_rows(data / split.name, rows)
+    sft = work / "model-sft-ragged"
+    if not (sft / "config.json").exists():
+        verl("sft", f"model.path={work / 'model-init'}", f"data.train_files={data / train.name}",
+             "data.response_key=extra_info.ragged_response", "data.max_length=96",
+             "trainer.total_training_steps=400", f"trainer.default_local_dir={sft}", "trainer.logger=[console]",
+             "trainer.torch_threads=1")  # fmt: skip
+    return data / train.name, data / test.name, sft
 
 
 def run(mode: str, base: list[str], steps: int, out: Path, backend: str) -> dict:
@@ -85,6 +138,8 @@ def run(mode: str, base: list[str], steps: int, out: Path, backend: str) -> dict
         "generate_s": median("timing_s/generate_async") or median("timing_s/gen"),
         "update_s": median("timing_s/update_actor"),
         "staleness": median("training/off_policy/trajectory_staleness/mean") or 0.0,
+        "length": median("response_length/mean"),
+        "partial": median("fully_async/partial/partial_ratio"),
         "start": 100 * accuracy[0] if len(accuracy) > 1 else None,
         "end": 100 * accuracy[-1] if accuracy else None,
     }
@@ -105,9 +160,10 @@ def main() -> int:
     base = [*setting_overrides(args.setting, work), f"trainer.seed={args.seed}"]
     print(f"setting {args.setting}, {args.steps} steps, seed {args.seed}, backend {args.backend}")
     print(
-        "| mode | step (median) | x 100 steps | run wall time | trainer waits | generation | update | staleness | held-out start -> end |"
+        "| mode | step (median) | x 100 steps | run wall time | trainer waits | generation | update | staleness "
+        "| response length | partial | held-out start -> end |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for mode in args.modes.split(","):
         r = run(
             mode, base, args.steps, work / "runs" / args.setting / f"{mode}-seed{args.seed}", args.backend
@@ -115,7 +171,8 @@ def main() -> int:
         start = f"{r['start']:.1f}%" if r["start"] is not None else "-"
         print(
             f"| {mode} | {r['step_s']:.3f} s | {100 * r['step_s']:.1f} s | {r['wall_s']:.0f} s | {r['wait_s']:.3f} s "
-            f"| {r['generate_s']:.3f} s | {r['update_s']:.3f} s | {r['staleness']:.1f} | {start} -> {r['end']:.1f}% |",
+            f"| {r['generate_s']:.3f} s | {r['update_s']:.3f} s | {r['staleness']:.2f} | {r['length']:.1f} "
+            f"| {100 * (r['partial'] or 0):.0f}% | {start} -> {r['end']:.1f}% |",
             flush=True,
         )
     return 0

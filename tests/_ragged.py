@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 
-def ragged_model(path, eos_logit: float = 2.0):
+def ragged_model(path, eos_logit: float = 8.0):
     """The tiny model with its stop token's output row pointed along the mean hidden state: the stop token
     then comes at any step, with a probability that varies a lot from step to step (ragged lengths)."""
     from transformers import AutoModelForCausalLM

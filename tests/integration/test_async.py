@@ -96,7 +96,14 @@ def test_rollout_correction_measures_the_staleness(tiny_model_dir, arithmetic_fi
 
 # ---------------------------------------------------------------------------------------------- streaming
 
-STREAM = (ASYNC, "async_training.staleness_threshold=0.5", "data.max_response_length=12")
+# two responses per prompt: a group is complete once both stop, so collects often stop before the slowest
+RAGGED = ("data.max_response_length=16", "actor_rollout_ref.rollout.n=2")
+STREAM = (ASYNC, "async_training.staleness_threshold=0.5", *RAGGED)
+COLOCATE = (
+    "trainer.v1.trainer_mode=colocate_async",
+    "trainer.v1.colocate_async.num_warmup_batches=2",
+    *RAGGED,
+)
 
 
 @pytest.fixture(scope="module")
@@ -112,15 +119,18 @@ def trained_prompts(out_dir):
     return sorted(json.loads(line)["input"] for path in dumps for line in path.read_text().splitlines())
 
 
+@pytest.mark.parametrize("mode", [STREAM, COLOCATE], ids=["separate", "colocate"])
 def test_streaming_trains_every_prompt_once_with_partial_rollouts(
-    ragged_model_dir, arithmetic_files, tmp_path
+    ragged_model_dir, arithmetic_files, tmp_path, mode
 ):
-    """staleness_threshold > 0: batches are the first groups to finish, the rest go on under newer weights;
-    nothing is lost or trained twice, and the run does not depend on thread timing."""
+    """staleness_threshold > 0 (the rollout role's pool) and colocate_async (the actor's): batches are the first
+    groups to finish, the rest go on under newer weights; nothing is lost or trained twice, and the run does
+    not depend on thread timing."""
     dump = lambda out: f"trainer.rollout_data_dir={out / 'rollouts'}"  # noqa: E731
     sync, a, b = tmp_path / "sync", tmp_path / "a", tmp_path / "b"
-    run(ragged_model_dir, arithmetic_files, sync, "data.max_response_length=12", dump(sync), steps=6)
-    run(ragged_model_dir, arithmetic_files, a, *STREAM, dump(a), steps=6)
+    run(ragged_model_dir, arithmetic_files, sync, *RAGGED, dump(sync), steps=6)
+    trainer = run(ragged_model_dir, arithmetic_files, a, *mode, dump(a), steps=6)
+    assert ("rollout" in trainer.controller.groups) == (mode is STREAM)
     assert trained_prompts(a) == trained_prompts(sync)
     rows = [r for r in records(a) if r["step"] > 0]
     assert (
@@ -129,7 +139,7 @@ def test_streaming_trains_every_prompt_once_with_partial_rollouts(
     assert sum(r["fully_async/partial/total_partial_num"] for r in rows) > 0
     assert all(r[f"{STALENESS}/max"] <= 8 for r in rows)  # max_off_policy_threshold
     assert rows[-1]["fully_async/pool/groups"] == 0  # every submitted prompt was trained
-    run(ragged_model_dir, arithmetic_files, b, *STREAM, dump(b), steps=6)
+    run(ragged_model_dir, arithmetic_files, b, *mode, dump(b), steps=6)
     assert numbers(a, drop=("timing_s/", "perf/")) == numbers(b, drop=("timing_s/", "perf/"))
 
 

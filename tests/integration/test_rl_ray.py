@@ -189,10 +189,20 @@ def test_one_step_off_on_ray_runs_the_rollout_in_a_process_of_its_own(
     assert runs["ray"] == runs["local"]
 
 
-def test_streaming_on_ray_equals_in_process_and_resumes_exactly(tiny_model_dir, arithmetic_files, tmp_path):
-    """async_training.staleness_threshold > 0 with Ray: the streaming rollout's pool lives in another
-    process; the run logs what it logs in-process, and a resume on Ray from a checkpoint taken mid-run (the
-    pool's generations in it) logs what the uninterrupted run logged."""
+@pytest.mark.parametrize(
+    "mode",
+    [
+        ("trainer.v1.trainer_mode=separate_async", "async_training.staleness_threshold=0.5"),
+        ("trainer.v1.trainer_mode=colocate_async",),
+    ],
+    ids=["separate", "colocate"],
+)
+def test_streaming_on_ray_equals_in_process_and_resumes_exactly(
+    tiny_model_dir, arithmetic_files, tmp_path, mode
+):
+    """async_training.staleness_threshold > 0 with Ray (the pool in the rollout's process) and colocate_async
+    (in the actor's): the run logs what it logs in-process, and a resume on Ray from a checkpoint taken
+    mid-run (the pool's generations in it) logs what the uninterrupted run logged."""
     import json
 
     def metrics(out):
@@ -205,8 +215,7 @@ def test_streaming_on_ray_equals_in_process_and_resumes_exactly(tiny_model_dir, 
             tiny_model_dir,
             arithmetic_files,
             out,
-            "trainer.v1.trainer_mode=separate_async",
-            "async_training.staleness_threshold=0.5",
+            *mode,
             "data.max_response_length=12",
             f"trainer.backend={backend}",
             "trainer.total_training_steps=4",

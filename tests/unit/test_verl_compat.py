@@ -411,8 +411,17 @@ def test_verls_v1_trainer_modes() -> None:
     # verl's defaults: 1024 prompts per step, mini-batches of 256, parameter_sync_step 4
     cfg = ppo("trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.parameter_sync_step=4")
     assert cfg.trainer.v1.trainer_mode == "separate_async"
-    with pytest.raises(ConfigError, match="colocate_async .* is not built here"):
-        ppo("trainer.v1.trainer_mode=colocate_async")
+    assert ppo("trainer.v1.trainer_mode=colocate_async").trainer.v1.colocate_async.num_warmup_batches == 1
+    with pytest.raises(ConfigError, match="colocate_async always continues"):
+        ppo("trainer.v1.trainer_mode=colocate_async", "async_training.partial_rollout=false")
+    with pytest.raises(ConfigError, match="staleness_threshold=0.5 is for trainer_mode=separate_async"):
+        ppo("trainer.v1.trainer_mode=colocate_async", "async_training.staleness_threshold=0.5")
+    with pytest.raises(
+        ConfigError, match="colocate_async pauses generations mid-way, which only rollout.name=fast"
+    ):
+        ppo("trainer.v1.trainer_mode=colocate_async", f"{ARR}.rollout.name=hf")
+    with pytest.raises(ConfigError, match="colocate_async does not support DAPO"):
+        ppo("trainer.v1.trainer_mode=colocate_async", "algorithm.filter_groups.enable=true")
     with pytest.raises(ConfigError, match="parameter_sync_step=2"):
         ppo("trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.parameter_sync_step=2")
     with pytest.raises(ConfigError, match="does not support LoRA"):

@@ -352,10 +352,12 @@ class SeparateAsyncConfig:
 
 @dataclass
 class ColocateAsyncConfig:
-    """``trainer.v1.colocate_async``: verl's mode that pauses unfinished generations at each update."""
+    """``trainer.v1.colocate_async``: the actor's workers generate from a pool of generations; those unfinished
+    when a batch is complete pause through the update and go on under the new weights."""
 
     num_warmup_batches: int = 1
-    """verl's extra batches in flight before step 1 (the mode itself is not built here)"""
+    """batches of prompts in flight beyond the step's own: each batch is the first groups of the pool to
+    finish, so the slowest run on into later steps"""
 
 
 @dataclass
@@ -376,7 +378,7 @@ class TrainerV1Config:
     trainer_mode: str = "sync"
     """sync (generate, then train, on the same workers) | separate_async (a rollout role of its own generates
     the next batches while the actor trains; weights copied in after every RL step) | colocate_async
-    (verl's pause-and-resume of unfinished generations: not built here)"""
+    (the actor's workers generate from a pool, unfinished generations paused at the update and continued)"""
     separate_async: SeparateAsyncConfig = field(default_factory=SeparateAsyncConfig)
     colocate_async: ColocateAsyncConfig = field(default_factory=ColocateAsyncConfig)
     sampler: OffPolicySamplerConfig = field(default_factory=OffPolicySamplerConfig)

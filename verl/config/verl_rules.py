@@ -102,9 +102,10 @@ ROLLOUT_IS_V06 = (
 )
 HYDRA = "Hydra's own settings (its output directory, logging, search path): Hydra is not used here"
 ASYNC = (
-    "trainer.v1.trainer_mode=separate_async here is a rollout role that generates a fixed number of batches ahead "
-    "(num_warmup_batches) with weights copied in after every step; verl's replay buffer, partial rollouts and "
-    "hybrid switching are not built"
+    "trainer.v1.trainer_mode=separate_async here is a rollout role that generates num_warmup_batches batches ahead "
+    "with weights copied in after every step, streaming from a pool of generations (partial rollouts) with "
+    "async_training.staleness_threshold > 0, as colocate_async does on the actor's workers; verl's pluggable "
+    "replay-buffer samplers and hybrid switching are not built"
 )
 
 # Ordered: the first rule whose pattern matches a key decides. Exact keys first, then globs.

@@ -11,6 +11,10 @@ The rollout role does one thing at a time, in the order the calls were declared,
 s+W overlaps the training of batch s, and batch s+W is drawn by the policy of step s-1: W versions older
 than the one it trains (W = 0 is the synchronous trainer, computed by another worker). Each sample carries
 its version (``max_global_steps``), and the step logs verl's staleness metrics.
+
+:class:`StreamingAsyncStep` is the streaming variant (``async_training.staleness_threshold`` > 0, and
+``colocate_async`` on the actor's own workers): batches are the first groups of a pool of generations to
+finish, and unfinished generations carry over, across weight updates.
 """
 
 from __future__ import annotations
@@ -74,7 +78,7 @@ class SeparateAsyncStep:
         if self._last_sync is not None and self._last_sync.ready():
             metrics["timing_s/update_weights"] = flow.seconds(self._last_sync)
         result = train_on(flow, plan, step, batch, more, [metrics])
-        self._before_sync(flow)
+        self._before_sync(flow, step)
         self._sync_weights(flow, version=step)
         return result
 
@@ -96,7 +100,7 @@ class SeparateAsyncStep:
     def _batch_metrics(self, batch: DataProto, step: int) -> dict[str, float]:
         return staleness_metrics(batch, step)
 
-    def _before_sync(self, flow: Controller) -> None:
+    def _before_sync(self, flow: Controller, step: int) -> None:
         """After the step's update is declared, before the rollout takes the new weights."""
 
     def _generate(self, flow: Controller, plan: StepPlan, step: int, prompts: DataProto) -> None:
@@ -124,8 +128,17 @@ class SeparateAsyncStep:
 
 
 def async_step_for(config: Any, plan: StepPlan) -> SeparateAsyncStep:
-    """The step of ``trainer_mode=separate_async``: streaming when ``async_training.staleness_threshold`` > 0."""
+    """The step of ``trainer_mode=separate_async`` (streaming when ``async_training.staleness_threshold`` > 0)
+    or of ``colocate_async`` (the actor's own pool)."""
     fully = config.async_training
+    v1 = config.trainer.v1
+    if v1.trainer_mode == "colocate_async":  # verl's: num_warmup_batches more batches in flight
+        return StreamingAsyncStep(
+            extra=v1.colocate_async.num_warmup_batches * plan.train_batch_size,
+            partial_rollout=True,
+            max_staleness=int(v1.sampler.max_off_policy_threshold),
+            colocated=True,
+        )
     if fully.staleness_threshold <= 0:
         return SeparateAsyncStep()
     return StreamingAsyncStep(
@@ -160,10 +173,18 @@ class StreamingAsyncStep(SeparateAsyncStep):
                  train on batch s
                  rollout <- finish_started()                                (partial_rollout=False only)
                  rollout <- the actor's weights after step s
+
+    ``colocated`` (``trainer_mode=colocate_async``): the pool is the actor's own and generates with its
+    module, so W = 0 and no weights move; ``extra`` is num_warmup_batches batches of prompts.
     """
 
-    def __init__(self, extra: int, partial_rollout: bool, max_staleness: int) -> None:
+    def __init__(
+        self, extra: int, partial_rollout: bool, max_staleness: int, colocated: bool = False
+    ) -> None:
         super().__init__()
+        self.colocated = colocated
+        self.role = "actor_rollout" if colocated else ROLLOUT
+        """whose pool: the separate rollout role's, or (colocate_async) the actor's"""
         self.extra = extra
         self.partial_rollout = partial_rollout
         self.max_staleness = max_staleness
@@ -177,13 +198,13 @@ class StreamingAsyncStep(SeparateAsyncStep):
 
     def _prime(self, flow: Controller) -> None:
         if self._pool_state is not None:  # a resumed run's generations in flight, back into the rollout
-            flow.groups[ROLLOUT].call_rank0("load_pool", self._pool_state)
+            flow.groups[self.role].load_pool(self._pool_state)
             self._pool_state = None
 
     def _declare_generation(
         self, flow: Controller, plan: StepPlan, step: int, prompts: DataProto, more: Iterator[DataProto]
     ) -> None:
-        depth = plan.rollout_ahead or 0
+        depth = 0 if self.colocated else plan.rollout_ahead or 0
         size = plan.train_batch_size
         first = step if not self.pending else step + depth
         last = min(step + depth, plan.total_steps)
@@ -199,7 +220,7 @@ class StreamingAsyncStep(SeparateAsyncStep):
         for ahead in range(first, last + 1):
             self.pending.append(
                 flow.call(
-                    ROLLOUT, "collect", num_groups=size, train_step=ahead, max_staleness=self.max_staleness,
+                    self.role, "collect", num_groups=size, train_step=ahead, max_staleness=self.max_staleness,
                     name="generate_async", background=True,
                 )
             )  # fmt: skip
@@ -217,7 +238,7 @@ class StreamingAsyncStep(SeparateAsyncStep):
         prompts = DataProto.concat(parts) if len(parts) > 1 else parts[0]
         groups = with_group_ids(prompts, f"p{self.submitted}").repeat(plan.n, interleave=True)
         self.submitted += len(prompts)
-        flow.call(ROLLOUT, "submit", prompts=groups, name="submit", background=True)
+        flow.call(self.role, "submit", prompts=groups, name="submit", background=True)
 
     def _batch_metrics(self, batch: DataProto, step: int) -> dict[str, float]:
         metrics = staleness_metrics(batch, step)
@@ -237,9 +258,13 @@ class StreamingAsyncStep(SeparateAsyncStep):
         )
         return metrics
 
-    def _before_sync(self, flow: Controller) -> None:
+    def _before_sync(self, flow: Controller, step: int) -> None:
         if not self.partial_rollout:
-            flow.call(ROLLOUT, "finish_started", name="finish_started", background=True)
+            flow.call(self.role, "finish_started", train_step=step, name="finish_started", background=True)
+
+    def _sync_weights(self, flow: Controller, version: int) -> None:
+        if not self.colocated:  # colocated, the pool generates with the actor's own module
+            super()._sync_weights(flow, version)
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
@@ -247,7 +272,7 @@ class StreamingAsyncStep(SeparateAsyncStep):
             self._last_sync.get()  # the rollout has done everything declared: its pool is settled
         pool = self._pool_state
         if self._flow is not None and self._primed:
-            pool = self._flow.groups[ROLLOUT].call_rank0("pool_state")
+            pool = self._flow.groups[self.role].pool_state()[0]
         state.update(
             queued=list(self.queued),
             received=self.received,

@@ -57,6 +57,8 @@ class StepPlan:
     """prompts per step (``data.train_batch_size``): the groups dynamic sampling must fill"""
     rollout_ahead: int | None = None
     """trainer.v1.trainer_mode=separate_async: batches the rollout role generates ahead (None: synchronous)"""
+    streaming: str | None = None
+    """fully async (staleness_threshold > 0) or colocate_async: what the rollout's pool holds (None: no pool)"""
 
     @classmethod
     def from_config(cls, config: TrainerConfig, sizes: DerivedSizes, total_steps: int) -> StepPlan:
@@ -77,6 +79,7 @@ class StepPlan:
             kl_ctrl=get_kl_controller(algo.kl_ctrl) if algo.use_kl_in_reward else None,
             train_batch_size=config.data.train_batch_size,
             rollout_ahead=_rollout_ahead(config),
+            streaming=_streaming(config),
         )
 
     def update_actor(self, step: int) -> bool:
@@ -99,6 +102,7 @@ class StepPlan:
             ("dynamic sampling", self.refill_until_varied),
             ("token balance across ranks", self.balance),
             (f"separate rollout role, {self.rollout_ahead} batch(es) ahead", self.rollout_ahead is not None),
+            (f"streaming rollout, {self.streaming}", self.streaming is not None),
             (f"critic warm-up {self.critic_warmup} steps", self.critic and self.critic_warmup > 0),
             (
                 _describe_correction(self.algorithm.rollout_correction),
@@ -142,10 +146,21 @@ def _old_log_probs(config: TrainerConfig, sizes: DerivedSizes) -> OldLogProbs:
     needed = sizes.optimizer_steps_per_rl_step != 1 or config.algorithm.use_kl_in_reward
     if not needed:
         return "not_needed"
-    if not rollout_cls.returns_log_probs or reduced_precision(config) or (_rollout_ahead(config) or 0) > 0:
+    if not rollout_cls.returns_log_probs or reduced_precision(config) or stale_samples(config):
         # (batches generated ahead: the rollout's log-probs are an older policy's; bypass mode alone takes them)
         return "recompute"
     return "from_rollout"
+
+
+def stale_samples(config: TrainerConfig) -> bool:
+    """Whether some samples may be drawn by an older policy than the one trained: batches generated ahead,
+    or a streaming rollout (generations carried over updates)."""
+    v1 = config.trainer.v1
+    if v1.trainer_mode == "colocate_async":
+        return True
+    return (_rollout_ahead(config) or 0) > 0 or (
+        v1.trainer_mode == "separate_async" and config.async_training.staleness_threshold > 0
+    )
 
 
 def _rollout_ahead(config: TrainerConfig) -> int | None:
@@ -166,3 +181,13 @@ def reduced_precision(config: TrainerConfig) -> bool:
     if param_dtype is None:
         return resolve_device(config.trainer.device).type == "cuda"
     return resolve_dtype(param_dtype) != torch.float32
+
+
+def _streaming(config: TrainerConfig) -> str | None:
+    v1, fully = config.trainer.v1, config.async_training
+    if v1.trainer_mode == "colocate_async":
+        return f"on the actor's workers, {v1.colocate_async.num_warmup_batches} batch(es) more in flight"
+    if v1.trainer_mode == "separate_async" and fully.staleness_threshold > 0:
+        partial = "partial rollouts" if fully.partial_rollout else "no partial rollouts"
+        return f"staleness_threshold {fully.staleness_threshold}, {partial}"
+    return None

@@ -111,10 +111,11 @@ class RLTrainer:
         )
         self.step_fn: StepFn = load_step_function(config.trainer.step, self.controller)
         self.rollout_ahead: SeparateAsyncStep | None = None
-        if config.trainer.v1.trainer_mode == "separate_async":
+        mode = config.trainer.v1.trainer_mode
+        if mode in ("separate_async", "colocate_async"):
             if self.step_fn is not rl_step:
                 raise ConfigError(
-                    "trainer.v1.trainer_mode=separate_async runs its own step (generation ahead of training); "
+                    f"trainer.v1.trainer_mode={mode} runs its own step (generation ahead of training); "
                     "a trainer.step or a controller with its own _build_dag is for trainer_mode=sync"
                 )
             self.rollout_ahead = async_step_for(config, self.plan)  # its depth is plan.rollout_ahead
@@ -186,7 +187,7 @@ class RLTrainer:
         if self.plan.critic:
             init = dict(config=cfg, total_training_steps=steps)
             self.controller.register_role(Role("critic", "critic", CriticWorker, init, **trained))
-        if self.rollout_ahead is not None:  # the rollout on a worker of its own, one process with Ray
+        if self.plan.rollout_ahead is not None:  # the rollout on a worker of its own, one process with Ray
             self.controller.register_role(
                 Role(
                     ROLLOUT, "rollout", RolloutWorker, dict(config=cfg), 1, num_gpus_per_worker=gpus, **policy

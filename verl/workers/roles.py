@@ -67,6 +67,7 @@ from verl.workers.requests import UpdateRequest
 from verl.workers.rollout import SamplingParams, get_rollout_class
 from verl.workers.rollout.base import with_prompt_fields
 from verl.workers.rollout.server import RolloutServer, generate_batch
+from verl.workers.rollout.streaming import StreamingPool, StreamingRollout
 
 
 def prepare_for_training(
@@ -203,7 +204,7 @@ def setup_process(config: Any, rank: int) -> torch.device:
     return device
 
 
-class ActorRolloutRefWorker(Worker):
+class ActorRolloutRefWorker(StreamingRollout, Worker):
     """Actor + rollout + reference for one data-parallel rank.
 
     ``actor_model`` is the causal LM being trained (the rollout generates with it), ``actor`` its
@@ -217,6 +218,9 @@ class ActorRolloutRefWorker(Worker):
     ``total_training_steps`` (the LR schedule's length) defaults to ``trainer.total_training_steps``, or
     1 when unset; ``need_ref`` to whether a KL term needs the reference (``algorithm.use_kl_in_reward`` or
     ``actor.use_kl_loss``). It runs in-process on CPU as well as in a Ray worker.
+
+    With ``trainer.v1.trainer_mode=colocate_async`` the rollout streams from ``pool`` (`StreamingRollout`'s
+    calls): generations unfinished at an update go on with the updated module in the next step.
     """
 
     def __init__(
@@ -315,6 +319,13 @@ class ActorRolloutRefWorker(Worker):
             )
         self.policy_version = 0
         """bumped by every update and checkpoint load: the version an engine with its own weights must hold"""
+        sampling = self.sampling_params(False)
+        self.pool = StreamingPool(
+            sampling.max_new_tokens,
+            sampling.stop_tokens(self.eos_token_ids),
+            self.tokenizer.pad_token_id,
+            seed=int(config.trainer.seed),  # the same on every rank: each holds the same pool
+        )
         tp = int(arr.rollout.tensor_model_parallel_size)
         self.engine_group = consecutive_group(tp) if rollout_cls.owns_weights and tp > 1 else None
         """the ranks sharing one tensor-parallel engine with this one (None: the engine is this rank's alone)"""
@@ -336,6 +347,20 @@ class ActorRolloutRefWorker(Worker):
 
     def sampling_params(self, validate: bool) -> SamplingParams:
         return sampling_params(self.config, validate)
+
+    def _pool_decode(
+        self, batch: DataProto, enough: Callable[[torch.Tensor], bool], generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """colocate_async: the streaming pool decodes with the actor's module, every weight gathered."""
+        if generator.device != self.device:
+            generator = torch.Generator(self.device).manual_seed(generator.initial_seed())
+        with self.actor.resident(), gathered(self.actor.scorer):
+            return self.rollout.decode_until(
+                batch.to(self.device), self.sampling_params(False), enough, generator
+            )
+
+    def _pool_version(self, train_step: int) -> int:
+        return train_step - 1  # colocated, the module has had every update before this step's
 
     def _generate(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
         """The rollout engine's answer, through the server in rollout.mode=async. An engine with its own
