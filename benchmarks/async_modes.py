@@ -14,7 +14,7 @@ that writes a filler of 0-24 words after its answer ("42 ok ok ..."), so respons
 and a batch's slowest rows set its generation time (the tail the streaming modes leave running). Built under
 --work on first use.
 
-    python benchmarks/async_modes.py --setting ragged --steps 300 --modes sync,ahead1,stream,stream_nopartial
+    python benchmarks/async_modes.py --setting ragged --steps 300 --modes sync,ahead1,stream,stream_nopartial,colocate
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ MODES = {
     "stream": [ASYNC, "async_training.staleness_threshold=0.5"],
     "stream_nopartial": [ASYNC, "async_training.staleness_threshold=0.5", "async_training.partial_rollout=false"],
     "stream0": [ASYNC, "async_training.staleness_threshold=0.5", "trainer.v1.separate_async.num_warmup_batches=0"],
+    # the pool on the actor's own workers: one batch more in flight, the slowest carried over the update
+    "colocate": ["trainer.v1.trainer_mode=colocate_async"],
 }  # fmt: skip
 
 
