@@ -66,7 +66,7 @@ class SeparateAsyncStep:
             ready = batch.get()
             metrics["timing_s/gen"] = time.perf_counter() - start  # the trainer's wait (verl's meaning here)
             metrics["timing_s/generate_async"] = flow.seconds(batch)
-            batch = ready[0] if isinstance(ready, list) else ready  # (a one-rank group's answer)
+            batch = _one_rank(ready)
         else:
             metrics["timing_s/gen"] = 0.0
         # A batch restored from a checkpoint comes back with contiguous tensors; the same layout either way
@@ -149,10 +149,12 @@ def async_step_for(config: Any, plan: StepPlan) -> SeparateAsyncStep:
 
 
 def _finished(batch: DataChannel | DataProto) -> DataProto:
-    if isinstance(batch, DataProto):
-        return batch
-    ready = batch.get()
-    return ready[0] if isinstance(ready, list) else ready
+    return batch if isinstance(batch, DataProto) else _one_rank(batch.get())
+
+
+def _one_rank(answer: DataProto | list[DataProto]) -> DataProto:
+    """The batch of a call to a one-rank role, or rank 0's of a ONE_TO_ALL call (every rank's is the same)."""
+    return answer[0] if isinstance(answer, list) else answer
 
 
 class StreamingAsyncStep(SeparateAsyncStep):
@@ -190,7 +192,6 @@ class StreamingAsyncStep(SeparateAsyncStep):
         self.max_staleness = max_staleness
         self.queued: deque[DataProto] = deque()
         """prompts of the data order received from the trainer's loop, not yet handed to the rollout"""
-        self.received = 0
         self.submitted = 0
         self.stale_samples = 0
         """samples trained so far whose first token an older policy than the step's drew (verl's count)"""
@@ -204,17 +205,14 @@ class StreamingAsyncStep(SeparateAsyncStep):
     def _declare_generation(
         self, flow: Controller, plan: StepPlan, step: int, prompts: DataProto, more: Iterator[DataProto]
     ) -> None:
-        depth = 0 if self.colocated else plan.rollout_ahead or 0
+        depth = plan.rollout_ahead or 0  # (None colocated: the pool is the actor's, nothing is ahead)
         size = plan.train_batch_size
         first = step if not self.pending else step + depth
         last = min(step + depth, plan.total_steps)
         target = min(plan.total_steps * size, last * size + self.extra)  # prompts the rollout should have had
         self.queued.append(prompts)
-        self.received += len(prompts)
-        while self.received < target:
-            more_prompts = next(more)
-            self.queued.append(more_prompts)
-            self.received += len(more_prompts)
+        while self.submitted + sum(len(q) for q in self.queued) < target:  # prompts received so far
+            self.queued.append(next(more))
         if self.submitted < target:
             self._submit(flow, plan, target - self.submitted)
         for ahead in range(first, last + 1):
@@ -275,7 +273,6 @@ class StreamingAsyncStep(SeparateAsyncStep):
             pool = self._flow.groups[self.role].pool_state()[0]
         state.update(
             queued=list(self.queued),
-            received=self.received,
             submitted=self.submitted,
             stale_samples=self.stale_samples,
             pool=pool,
@@ -285,7 +282,6 @@ class StreamingAsyncStep(SeparateAsyncStep):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.queued = deque(state["queued"])
-        self.received = int(state["received"])
         self.submitted = int(state["submitted"])
         self.stale_samples = int(state["stale_samples"])
         self._pool_state = state["pool"]

@@ -319,13 +319,10 @@ class ActorRolloutRefWorker(StreamingRollout, Worker):
             )
         self.policy_version = 0
         """bumped by every update and checkpoint load: the version an engine with its own weights must hold"""
-        sampling = self.sampling_params(False)
-        self.pool = StreamingPool(
-            sampling.max_new_tokens,
-            sampling.stop_tokens(self.eos_token_ids),
-            self.tokenizer.pad_token_id,
-            seed=int(config.trainer.seed),  # the same on every rank: each holds the same pool
-        )
+        self.pool = StreamingPool.for_sampling(  # the same seed on every rank: each holds the same pool
+            self.sampling_params(False), self.eos_token_ids, self.tokenizer.pad_token_id,
+            int(config.trainer.seed), self.device,
+        )  # fmt: skip
         tp = int(arr.rollout.tensor_model_parallel_size)
         self.engine_group = consecutive_group(tp) if rollout_cls.owns_weights and tp > 1 else None
         """the ranks sharing one tensor-parallel engine with this one (None: the engine is this rank's alone)"""
@@ -352,8 +349,6 @@ class ActorRolloutRefWorker(StreamingRollout, Worker):
         self, batch: DataProto, enough: Callable[[torch.Tensor], bool], generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor, int]:
         """colocate_async: the streaming pool decodes with the actor's module, every weight gathered."""
-        if generator.device != self.device:
-            generator = torch.Generator(self.device).manual_seed(generator.initial_seed())
         with self.actor.resident(), gathered(self.actor.scorer):
             return self.rollout.decode_until(
                 batch.to(self.device), self.sampling_params(False), enough, generator

@@ -68,13 +68,10 @@ class RolloutWorker(StreamingRollout, Worker):
         )
         self.rollout.compute_dtype = rollout_compute_dtype(arr.rollout.dtype, compute, self.model)
         self.weights_version = 0
-        sampling = sampling_params(config, validate=False)
-        self.pool = StreamingPool(
-            sampling.max_new_tokens,
-            sampling.stop_tokens(self.rollout.eos_token_ids),
-            self.tokenizer.pad_token_id,
-            seed=int(config.trainer.seed),
-        )
+        self.pool = StreamingPool.for_sampling(
+            sampling_params(config, validate=False), self.rollout.eos_token_ids, self.tokenizer.pad_token_id,
+            int(config.trainer.seed), self.device,
+        )  # fmt: skip
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def generate_sequences(self, prompts: DataProto) -> DataProto:
@@ -97,8 +94,6 @@ class RolloutWorker(StreamingRollout, Worker):
         self, batch: DataProto, enough: Any, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor, int]:
         sampling = sampling_params(self.config, validate=False)
-        if generator.device != self.device:  # draws on the model's device
-            generator = torch.Generator(self.device).manual_seed(generator.initial_seed())
         return self.rollout.decode_until(batch.to(self.device), sampling, enough, generator)
 
     def _pool_version(self, train_step: int) -> int:

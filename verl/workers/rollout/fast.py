@@ -108,9 +108,8 @@ def sample_next(
     elif 0 < sampling.top_k < logits.shape[-1] or sampling.top_p < 1.0:
         tokens = draw(torch.softmax(warp_logits(logits, sampling), dim=-1), generator)
     else:
-        tokens = draw(
-            log_probs.exp(), generator
-        )  # no truncation: the scoring distribution is the sampling one
+        # no truncation: the scoring distribution is the sampling one
+        tokens = draw(log_probs.exp(), generator)
     return tokens, log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
@@ -171,7 +170,8 @@ class FastRollout(RolloutEngine):
 
         Returns the responses and log-probs [batch, max_new] (entries after a row's stop token, or after the
         last step, are arbitrary) and the number of decode steps taken: a row still unfinished then has that
-        many tokens. ``generator``: where the draws come from (None: torch's default generator). The streaming rollout interrupts generations this way (`verl.workers.rollout.streaming`).
+        many tokens. ``generator``: where the draws come from (None: torch's default generator). The
+        streaming rollout interrupts generations this way (`verl.workers.rollout.streaming`).
         """
 
         def decode(weights: LeanWeights | None) -> tuple[torch.Tensor, torch.Tensor, int]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,7 @@ from verl.protocol import DataProto
 from verl.single_controller import Dispatch, register
 from verl.workers.rollout.base import (
     ROW_BUDGET_KEY,
+    SamplingParams,
     assemble_rollout_output,
     left_padded_batch,
     with_prompt_fields,
@@ -61,17 +62,33 @@ class _Row:
 class StreamingPool:
     """Generations in flight on the rollout, by group (a prompt's ``n`` rows), oldest first."""
 
-    def __init__(self, max_new_tokens: int, stop_ids: list[int], pad_token_id: int, seed: int) -> None:
+    def __init__(
+        self,
+        max_new_tokens: int,
+        stop_ids: list[int],
+        pad_token_id: int,
+        seed: int,
+        device: torch.device | str = "cpu",
+    ) -> None:
         self.max_new_tokens = max_new_tokens
         self.stop_ids = set(stop_ids)
         self.pad_token_id = pad_token_id
         self.seed = seed
+        self.device = torch.device(device)
+        """where the decoder draws (its generator lives there)"""
         self.prompts: dict[str, DataProto] = {}
         """each group's rows as submitted (left-padded prompts and their per-sample fields)"""
         self.rows: dict[str, list[_Row]] = {}
         self.decode_calls = 0
         self.restarted = 0
         """generations dropped because they grew too stale (see :meth:`restart_stale`)"""
+
+    @classmethod
+    def for_sampling(
+        cls, sampling: SamplingParams, eos_token_ids: list[int], pad_token_id: int, seed: int, device: Any
+    ) -> StreamingPool:
+        """A worker's pool for its rollout settings: responses of ``sampling.max_new_tokens``, its stop tokens."""
+        return cls(sampling.max_new_tokens, sampling.stop_tokens(eos_token_ids), pad_token_id, seed, device)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -132,13 +149,11 @@ class StreamingPool:
         rows = [self.rows[uid][i] for uid, i in slots]
         batch = left_padded_batch([r.prompt_ids + r.tokens for r in rows], self.pad_token_id)
         batch.batch[ROW_BUDGET_KEY] = torch.tensor([self.max_new_tokens - len(r.tokens) for r in rows])
-        enough = None
-        if need is not None:
-            enough = self._enough_when(slots, need)
+        enough = self._enough_when(slots, need)
         # A generator of its own, not torch's default one: in-process, the actor's thread draws from that.
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.decode_calls)
+        generator = torch.Generator(self.device).manual_seed(self.seed * 1_000_003 + self.decode_calls)
         self.decode_calls += 1
-        responses, log_probs, steps = decode(batch, enough or (lambda done: False), generator)
+        responses, log_probs, steps = decode(batch, enough, generator)
         responses, log_probs = responses.cpu(), log_probs.float().cpu()
         for k, row in enumerate(rows):
             budget = self.max_new_tokens - len(row.tokens)
@@ -152,9 +167,12 @@ class StreamingPool:
             row.versions += [version] * len(drawn)
             row.done = (bool(drawn) and drawn[-1] in self.stop_ids) or len(row.tokens) >= self.max_new_tokens
 
-    def _enough_when(self, slots: list[tuple[str, int]], need: int) -> Callable[[torch.Tensor], bool]:
+    def _enough_when(self, slots: list[tuple[str, int]], need: int | None) -> Callable[[torch.Tensor], bool]:
         """A stop rule for the decode loop: true once ``need`` groups are complete, counting those complete
-        before the call and those whose every running row has finished in it."""
+        before the call and those whose every running row has finished in it (None: never, every row of the
+        call runs to its end)."""
+        if need is None:
+            return lambda done: False
         complete_before = len(self.complete())
         groups = list(dict.fromkeys(uid for uid, _ in slots))
         group_of = torch.tensor([groups.index(uid) for uid, _ in slots])
@@ -185,7 +203,7 @@ class StreamingPool:
         )
         mask = output.batch["response_mask"]
         output.batch["rollout_log_probs"] = log_probs * mask
-        output.batch["token_versions"] = torch.where(mask.bool(), versions, torch.full_like(versions, -1))
+        output.batch["token_versions"] = versions  # (-1 after each response, as the mask ends it)
         first = np.array([r.versions[0] if r.versions else -1 for r in rows], dtype=np.int64)
         last = np.array([r.versions[-1] if r.versions else -1 for r in rows], dtype=np.int64)
         output.non_tensor_batch["min_global_steps"] = first
@@ -197,7 +215,8 @@ class StreamingPool:
     def state_dict(self) -> dict[str, Any]:
         return {
             "prompts": dict(self.prompts),
-            "rows": {uid: [vars(r).copy() for r in rows] for uid, rows in self.rows.items()},
+            # copies of the token lists: the pool goes on appending to its own
+            "rows": {uid: [asdict(r) for r in rows] for uid, rows in self.rows.items()},
             "decode_calls": self.decode_calls,
             "restarted": self.restarted,
         }
