@@ -14,6 +14,8 @@ Exit codes of ``verl run`` / ``verl sft`` / ``verl export``:
 3     input error: a data file, dataset row, model or checkpoint path (:class:`InputError`)
 4     run directory error: in use by another run, holds another run, or a resume that would
       change the run's meaning (:class:`RunDirError`)
+5     storage error: a checkpoint could not be written (a full disk, a read-only or failing file
+      system); the unfinished checkpoint is removed, the previous one is intact (:class:`StorageError`)
 130   interrupted (Ctrl-C / SIGINT); the last complete checkpoint is intact
 143   terminated (SIGTERM); the same
 ====  ==========================================================================
@@ -42,6 +44,13 @@ class RunDirError(UserError):
 
     exit_code = 4
     label = "run directory error"
+
+
+class StorageError(UserError):
+    """Writing the run's files failed in the file system (no space, read-only, I/O error)."""
+
+    exit_code = 5
+    label = "storage error"
 
 
 def describe_error(error: BaseException) -> str:

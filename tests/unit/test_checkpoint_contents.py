@@ -78,17 +78,27 @@ def test_a_sharded_hf_model_is_written_in_the_weights_dtype_and_leaves_the_live_
 
 
 def test_a_failed_background_write_fails_the_save_instead_of_waiting_forever(tmp_path):
+    import errno
+    import os
     from concurrent.futures import Future
     from types import SimpleNamespace
 
+    from verl.errors import StorageError
     from verl.trainer.checkpointing import Checkpointer
     from verl.workers.engine.trained import _write_part_or_fail
 
     shards: Future = Future()
-    shards.set_exception(OSError("No space left on device"))
+    shards.set_exception(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
     part = tmp_path / "global_step_3.tmp" / "actor"
     _write_part_or_fail(part, 1, {"shards": shards})
     assert not (part / "done_rank1").exists()
     checkpointer = SimpleNamespace(root=tmp_path, run_id="run", keep=None, error=None)
+    checkpointer._storage_error = lambda step, error: Checkpointer._storage_error(checkpointer, step, error)
     Checkpointer._finish(checkpointer, 3, [part / "done_rank0", part / "done_rank1"])
-    assert "actor rank 1: OSError: No space left on device" in str(checkpointer.error)
+    # A full disk: a storage error naming the step and the cause, and the unfinished checkpoint gone.
+    assert isinstance(checkpointer.error, StorageError)
+    assert "step 3" in str(checkpointer.error) and "[Errno 28] No space left on device" in str(
+        checkpointer.error
+    )
+    assert "there is no earlier checkpoint" in str(checkpointer.error)
+    assert not (tmp_path / "global_step_3.tmp").exists()

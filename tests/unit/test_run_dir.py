@@ -248,6 +248,7 @@ def test_unreadable_run_files_are_errors_or_ignored_never_tracebacks(tmp_path):
     (root / "global_step_1" / "checkpoint.json").write_text("[1, 2")  # cut short: not known to be ours
     assert prune_checkpoints(root, 1, "run-a", current=2) == []
     (root / "global_step_2" / "config.yaml").write_text("trainer: [unclosed\n")
+    write_checkpoint_info(root / "global_step_2", "run-a", 2)  # hand-edited, its record made to match
     with pytest.raises(InputError, match="config.yaml cannot be read"):
         plan_run(_config(root))
     metrics = root / "metrics.jsonl"

@@ -10,8 +10,10 @@ finishes the checkpoint in a thread, so the next step starts at once.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -23,14 +25,16 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from verl.errors import InputError, describe_error
+from verl.errors import InputError, StorageError, describe_error
 from verl.single_controller.base import WorkerGroup
 from verl.single_controller.errors import WorkerError
 from verl.utils.checkpoint import (
     atomic_torch_save,
     atomic_write_bytes,
+    checkpoint_damage,
     finalize_checkpoint,
     latest_checkpoint,
+    latest_checkpoint_or_none,
     load_trainer_state,
     prune_checkpoints,
     tmp_step_dir,
@@ -76,12 +80,19 @@ class Checkpointer:
         tmp = tmp_step_dir(self.root, step)
         shutil.rmtree(tmp, ignore_errors=True)  # an unfinished save of this step: never mixed with this one
         parts = []
-        for role, group in self.groups.items():
-            subdir = TRAINED_ROLES[role]
-            group.save_checkpoint(str(tmp / subdir), background=self.background)
-            parts += [tmp / subdir / f"done_rank{r}" for r in range(group.world_size)]
-        atomic_torch_save(driver_state, tmp / "trainer_state.pt")
-        atomic_write_bytes(tmp / "config.yaml", OmegaConf.to_yaml(self.config).encode())
+        try:
+            for role, group in self.groups.items():
+                subdir = TRAINED_ROLES[role]
+                group.save_checkpoint(str(tmp / subdir), background=self.background)
+                parts += [tmp / subdir / f"done_rank{r}" for r in range(group.world_size)]
+            atomic_torch_save(driver_state, tmp / "trainer_state.pt")
+            atomic_write_bytes(tmp / "config.yaml", OmegaConf.to_yaml(self.config).encode())
+        except Exception as error:
+            shutil.rmtree(tmp, ignore_errors=True)
+            storage = self._storage_error(step, error)
+            if storage is None:
+                raise
+            raise storage from error
         self._staged = (step, parts)
 
     def commit(self) -> None:
@@ -114,7 +125,8 @@ class Checkpointer:
             finalize_checkpoint(self.root, step)
             prune_checkpoints(self.root, self.keep, self.run_id, step)
         except Exception as error:  # surfaced by wait(), in the training thread (Ctrl-C and SIGTERM pass)
-            self.error = error
+            shutil.rmtree(tmp_step_dir(self.root, step), ignore_errors=True)  # never loaded, and holds space
+            self.error = self._storage_error(step, error) or error
 
     def settle(self, timeout_s: float = 60.0) -> None:
         """On the way out after an error: give a checkpoint being finished in the background up to
@@ -130,13 +142,36 @@ class Checkpointer:
             self._pending = None
         if self.error is not None:
             error, self.error = self.error, None
+            if isinstance(error, StorageError):
+                raise error
             raise RuntimeError(f"writing a checkpoint under {self.root} failed: {error}") from error
+
+    def _storage_error(self, step: int, error: BaseException) -> StorageError | None:
+        """The error for a save the file system refused (a full disk, read-only, I/O), said with what is
+        left: its unfinished files are removed, the last complete checkpoint intact. None for other failures."""
+        cause = _storage_cause(error)
+        if cause is None:
+            return None
+        latest = latest_checkpoint_or_none(self.root)
+        kept = (
+            f"the last complete checkpoint, {latest}, is intact"
+            if latest
+            else "there is no earlier checkpoint"
+        )
+        return StorageError(
+            f"the checkpoint of step {step} could not be written under {self.root} ({cause}); its unfinished "
+            f"files were removed and {kept}. Free space or fix the file system, then run the same command "
+            "again: trainer.resume_mode=auto resumes from the last complete checkpoint"
+        )
 
     # ------------------------------------------------------------------ resuming
 
     def resume(self, path: Path) -> dict[str, Any]:
         """Restore the worker groups from checkpoint ``path`` and return the driver state saved with it.
         The caller restores its own state from it, the RNG last."""
+        damaged = checkpoint_damage(path)
+        if damaged is not None:  # changed since the run was planned
+            raise InputError(f"checkpoint {path} is damaged, {damaged}; nothing was loaded")
         state = load_trainer_state(path)
         for role, group in self.groups.items():
             subdir = TRAINED_ROLES[role]
@@ -151,6 +186,27 @@ class Checkpointer:
                 ) from error
         logger.info("resumed from %s (step %d)", path, state["global_step"])
         return state
+
+
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG}
+
+
+def _storage_cause(error: BaseException) -> str | None:
+    """``[Errno 28] No space left on device`` or the like, when the file system caused ``error``: an OSError
+    in its chain, or one a worker reported as text (a WorkerError, a failed background write)."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in _STORAGE_ERRNOS:
+            return f"[Errno {seen.errno}] {seen.strerror}" + (f": {seen.filename}" if seen.filename else "")
+        seen = seen.__cause__ or seen.__context__
+    text = str(error)
+    found = re.search(r"\[Errno (\d+)\][^\n]*", text)  # Python's OSError, as text
+    if found and int(found.group(1)) in _STORAGE_ERRNOS:
+        return found.group(0).strip().rstrip(")")
+    found = re.search(r"\(os error (\d+)\)", text)  # Rust's (safetensors)
+    if found and int(found.group(1)) in _STORAGE_ERRNOS:
+        return f"[Errno {found.group(1)}] {os.strerror(int(found.group(1)))}"
+    return None
 
 
 def drop_metrics_after(metrics_path: Path, step: int) -> Path | None:
@@ -207,6 +263,9 @@ def export_hf(
     from verl.workers.engine.sharded_checkpoint import SHARDED_DIR, has_sharded_state
 
     path = _checkpoint_dir(checkpoint)
+    damaged = checkpoint_damage(path)
+    if damaged is not None:
+        raise InputError(f"checkpoint {path} is damaged, {damaged}; nothing was exported")
     source = path / part
     sharded = has_sharded_state(source)
     weights_file = source / (SHARDED_DIR if sharded else "model.safetensors")

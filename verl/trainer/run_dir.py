@@ -39,8 +39,10 @@ from verl.utils.checkpoint import (
     PREFIX,
     TMP_SUFFIX,
     atomic_write_bytes,
+    checkpoint_damage,
     checkpoint_steps,
     latest_checkpoint,
+    latest_checkpoint_or_none,
     load_trainer_state,
     read_run_id,
     step_dir,
@@ -61,6 +63,8 @@ RUN_FILES = ("metrics.jsonl", LATEST, "tensorboard", VALIDATION_DIR, "wandb", "m
 (``run.json``, ``config.yaml``, ``trace.html`` and ``report.html`` alone are not: without these, there
 is nothing of the run to lose)."""
 MOVED_ALONG = (RUN_FILE, "trace.html", CONFIG_FILE, "report.html")
+DAMAGED_SUFFIX = ".damaged"
+"""a checkpoint a resume passed over because its files are not as saved: ``global_step_<N>.damaged``"""
 
 
 @dataclass
@@ -76,6 +80,8 @@ class RunPlan:
     """an earlier run's files, to move to a sibling directory before the run starts"""
     config_changes: list[str] = field(default_factory=list)
     """keys a resumed run changes that it may change (``key: saved -> new``), for the log"""
+    damaged: dict[Path, str] = field(default_factory=dict)
+    """checkpoints newer than ``resume_from`` that are damaged (why), to move aside before the run starts"""
 
 
 def earlier_run_files(root: Path) -> list[Path]:
@@ -159,12 +165,19 @@ def _plan_directory(root: Path, resume_mode: str, on_existing_run: str) -> RunPl
                 logger.warning(
                     "resuming from %s, newer than the latest marker (step %d)", plan.resume_from, marked
                 )
+            plan.resume_from, plan.damaged = _newest_whole(root, _step_of(plan.resume_from))
     elif resume_mode != "disable":
         path = Path(resume_mode).expanduser()
         if not (path / "trainer_state.pt").is_file():
             raise InputError(
                 f"trainer.resume_mode={resume_mode}: not a checkpoint (no trainer_state.pt); expected "
                 f"auto, disable or a global_step_<N> directory, e.g. {root / (PREFIX + '100')}"
+            )
+        damaged = checkpoint_damage(path)
+        if damaged is not None:
+            raise InputError(
+                f"trainer.resume_mode={resume_mode}: the checkpoint is damaged, {damaged}; nothing was loaded. "
+                "Resume from an earlier checkpoint (trainer.resume_mode=auto passes over damaged ones)"
             )
         plan.resume_from = path
         if path.resolve().parent == root.resolve():
@@ -200,19 +213,42 @@ def _plan_directory(root: Path, resume_mode: str, on_existing_run: str) -> RunPl
     )
 
 
+def _newest_whole(root: Path, newest: int) -> tuple[Path, dict[Path, str]]:
+    """The newest checkpoint of ``root`` up to step ``newest`` whose files are as saved, and every
+    checkpoint newer than it with what is wrong with it (a resume passes over a damaged checkpoint rather
+    than load it; one that reaches its step again needs its name, so it is moved aside)."""
+    damaged: dict[Path, str] = {}
+    for step in reversed(checkpoint_steps(root)):
+        path = step_dir(root, step)
+        if step > newest:
+            why = "newer than the newest complete checkpoint: never finished"
+        else:
+            why = checkpoint_damage(path)
+        if why is None:
+            return path, damaged
+        damaged[path] = why
+    reasons = "; ".join(f"{path.name}: {why}" for path, why in damaged.items())
+    raise RunDirError(
+        f"trainer.default_local_dir={root}: no checkpoint there is whole ({reasons}); nothing was loaded. To "
+        "start over and keep these files, set trainer.on_existing_run=move_aside trainer.resume_mode=disable"
+    )
+
+
+def _free_name(path: Path) -> Path:
+    """``path``, or ``path-2``, ``path-3``... the first that does not exist."""
+    n, free = 1, path
+    while free.exists():
+        n += 1
+        free = path.with_name(f"{path.name}-{n}")
+    return free
+
+
 def _step_of(checkpoint: Path) -> int:
     """The step a checkpoint holds: from its name, else from its trainer_state.pt."""
     name = checkpoint.name[len(PREFIX) :] if checkpoint.name.startswith(PREFIX) else ""
     if name.isdigit():
         return int(name)
     return int(load_trainer_state(checkpoint)["global_step"])
-
-
-def latest_checkpoint_or_none(root: Path) -> Path | None:
-    try:
-        return latest_checkpoint(root)
-    except (ValueError, FileNotFoundError):
-        return None
 
 
 class RunDirectory:
@@ -231,6 +267,15 @@ class RunDirectory:
             if plan.move_aside:
                 moved = self._move_aside(plan.move_aside)
                 logger.warning("moved the earlier run's files in %s to %s", self.root, moved)
+            for path, why in plan.damaged.items():
+                aside = _free_name(path.with_name(f"{path.name}{DAMAGED_SUFFIX}"))
+                os.replace(path, aside)
+                logger.warning(
+                    "checkpoint %s is damaged (%s): moved aside to %s, resuming from %s",
+                    path, why, aside.name, plan.resume_from,
+                )  # fmt: skip
+            if plan.damaged:  # the marker pointed at one of them
+                atomic_write_bytes(self.root / LATEST, f"{_step_of(plan.resume_from)}\n".encode())
             for path in sorted(self.root.glob(f"{PREFIX}*{TMP_SUFFIX}")):
                 # Only this process writes here (the lock), so a .tmp checkpoint is a crashed save.
                 logger.warning("removing a checkpoint an interrupted save left unfinished: %s", path)
@@ -294,12 +339,7 @@ class RunDirectory:
         self._lock = lock
 
     def _move_aside(self, paths: list[Path]) -> Path:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        target = self.root.with_name(f"{self.root.name}.moved-{stamp}")
-        n = 1
-        while target.exists():
-            n += 1
-            target = self.root.with_name(f"{self.root.name}.moved-{stamp}-{n}")
+        target = _free_name(self.root.with_name(f"{self.root.name}.moved-{time.strftime('%Y%m%d-%H%M%S')}"))
         try:
             target.mkdir(parents=True)
             for path in paths:

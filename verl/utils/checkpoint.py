@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from verl.errors import InputError, describe_error
+from verl.utils.checkpoint_integrity import MANIFEST_KEY, damage, manifest_of
 
 LATEST = "latest_checkpointed_iteration.txt"
 PREFIX = "global_step_"
@@ -76,17 +77,46 @@ def atomic_write_bytes(path: Path, data: bytes, *, readable: bool = False) -> No
 
 
 def atomic_torch_save(obj: Any, path: Path) -> None:
-    """``torch.save`` that never leaves a half-written file at ``path``."""
+    """``torch.save`` that never leaves a half-written file at ``path``, nor its temporary file (a full disk)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:  # a Python file: its write reports a full disk as an OSError
+            try:
+                torch.save(obj, f)
+            except RuntimeError as e:
+                # torch's zip writer turns that OSError into "enforce fail ... unexpected pos": the disk's error
+                # is the one to report.
+                if isinstance(e.__context__, OSError):
+                    raise OSError(e.__context__.errno, e.__context__.strerror, str(path)) from e
+                raise
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_checkpoint_info(checkpoint: Path, run_id: str, step: int) -> None:
-    """Record which run wrote a checkpoint: retention only ever deletes the current run's own."""
+    """Record which run wrote a checkpoint (retention only ever deletes the current run's own) and the
+    checksums of its files; written last, once every part is on disk."""
     info = {"run_id": run_id, "step": step, "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    atomic_write_bytes(checkpoint / CHECKPOINT_INFO, (json.dumps(info) + "\n").encode())
+    info[MANIFEST_KEY] = manifest_of(checkpoint, skip=(CHECKPOINT_INFO,))
+    atomic_write_bytes(checkpoint / CHECKPOINT_INFO, (json.dumps(info, indent=1) + "\n").encode())
+
+
+def checkpoint_damage(checkpoint: Path) -> str | None:
+    """Why ``checkpoint`` must not be loaded: a file missing, truncated or altered since it was saved (named),
+    or a ``checkpoint.json`` that cannot be read; None when it is whole, or was saved without checksums."""
+    path = Path(checkpoint) / CHECKPOINT_INFO
+    if not path.is_file():
+        return None  # saved before checkpoints recorded their files
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        return f"{path} cannot be read ({describe_error(e)})"
+    if not isinstance(info, dict) or not isinstance(info.get(MANIFEST_KEY, {}), dict):
+        return f"{path} is not a checkpoint record (an object with {MANIFEST_KEY!r})"
+    return damage(Path(checkpoint), info.get(MANIFEST_KEY, {}))
 
 
 def read_run_id(checkpoint: Path) -> str | None:
@@ -143,6 +173,14 @@ def latest_checkpoint(root: str | Path) -> Path | None:
     if not (path / "trainer_state.pt").is_file():
         raise FileNotFoundError(f"{marker} points at step {text}, but {path} is missing or incomplete")
     return path
+
+
+def latest_checkpoint_or_none(root: str | Path) -> Path | None:
+    """`latest_checkpoint`, or None when the marker is unreadable or points at nothing."""
+    try:
+        return latest_checkpoint(root)
+    except (ValueError, FileNotFoundError):
+        return None
 
 
 def prune_checkpoints(root: str | Path, keep: int | None, run_id: str, current: int) -> list[Path]:

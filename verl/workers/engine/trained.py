@@ -304,8 +304,16 @@ def _write_part_or_fail(path: Path, rank: int, state: dict[str, Any]) -> None:
     try:
         _write_part(path, rank, state)
     except BaseException as error:  # noqa: BLE001 - reported through the marker, whatever it was
+        # This rank's files go first: on a full disk they hold the space the marker needs.
+        for name in _PART_FILES if rank == 0 else ():
+            (path / name).unlink(missing_ok=True)
+        (path / f"rng_rank{rank}.pt").unlink(missing_ok=True)
         path.mkdir(parents=True, exist_ok=True)
         (path / f"failed_rank{rank}").write_text(f"{type(error).__name__}: {error}")
+
+
+_PART_FILES = ("model.safetensors", ".model.safetensors.tmp", "optim.pt", "adapter_config.json")
+"""what rank 0 writes into a part (besides its RNG file), removed when its background write fails"""
 
 
 def _write_part(path: Path, rank: int, state: dict[str, Any]) -> None:
@@ -314,11 +322,15 @@ def _write_part(path: Path, rank: int, state: dict[str, Any]) -> None:
         state["shards"].result()  # the sharded weights and optimizer, written by DCP in the background
     if "model" in state:
         tmp = path / ".model.safetensors.tmp"
-        if isinstance(state["model"], dict):  # a LoRA role's adapter weights
-            save_file({k: v.contiguous() for k, v in state["model"].items()}, str(tmp))
-        else:
-            save_model(state["model"], str(tmp))
-        tmp.replace(path / "model.safetensors")
+        try:
+            if isinstance(state["model"], dict):  # a LoRA role's adapter weights
+                save_file({k: v.contiguous() for k, v in state["model"].items()}, str(tmp))
+            else:
+                save_model(state["model"], str(tmp))
+            tmp.replace(path / "model.safetensors")
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a full disk: not left holding the space
+            raise
     if state.get("optim"):
         atomic_torch_save(state["optim"], path / "optim.pt")
     if state.get("adapter") is not None:
