@@ -93,7 +93,8 @@ def test_a_failed_background_write_fails_the_save_instead_of_waiting_forever(tmp
     _write_part_or_fail(part, 1, {"shards": shards})
     assert not (part / "done_rank1").exists()
     checkpointer = SimpleNamespace(root=tmp_path, run_id="run", keep=None, error=None)
-    checkpointer._storage_error = lambda step, error: Checkpointer._storage_error(checkpointer, step, error)
+    for method in ("_discard", "_storage_error"):  # the Checkpointer methods _finish reaches
+        setattr(checkpointer, method, getattr(Checkpointer, method).__get__(checkpointer))
     Checkpointer._finish(checkpointer, 3, [part / "done_rank0", part / "done_rank1"])
     # A full disk: a storage error naming the step and the cause, and the unfinished checkpoint gone.
     assert isinstance(checkpointer.error, StorageError)

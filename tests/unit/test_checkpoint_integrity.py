@@ -12,7 +12,7 @@ import os
 import pytest
 from test_run_dir import _config, digest, fake_run
 
-from verl.errors import InputError, RunDirError, StorageError
+from verl.errors import InputError, RunDirError, StorageError, describe_error
 from verl.single_controller.errors import WorkerError
 from verl.trainer.checkpointing import _storage_cause
 from verl.trainer.run_dir import RunDirectory, plan_run
@@ -100,7 +100,7 @@ def test_an_explicit_damaged_checkpoint_is_refused(tmp_path):
 def test_storage_causes_are_found_in_chains_and_in_worker_reports():
     full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/ckpt/optim.pt")
     assert _storage_cause(full) == "[Errno 28] No space left on device: /ckpt/optim.pt"
-    wrapped = WorkerError("actor_rollout", 0, "save_checkpoint", describe(full), "exception", 123)
+    wrapped = WorkerError("actor_rollout", 0, "save_checkpoint", describe_error(full), "exception", 123)
     assert _storage_cause(wrapped).startswith("[Errno 28] No space left on device")
     background = RuntimeError("actor rank 0: OSError: [Errno 28] No space left on device")
     assert _storage_cause(background) == "[Errno 28] No space left on device"
@@ -111,9 +111,3 @@ def test_storage_causes_are_found_in_chains_and_in_worker_reports():
     assert _storage_cause(RuntimeError("[Errno 2] No such file")) is None  # not the file system's fault
     assert _storage_cause(ValueError("bad")) is None
     assert issubclass(StorageError, Exception) and StorageError.exit_code == 5
-
-
-def describe(error):
-    from verl.errors import describe_error
-
-    return describe_error(error)

@@ -88,11 +88,10 @@ class Checkpointer:
             atomic_torch_save(driver_state, tmp / "trainer_state.pt")
             atomic_write_bytes(tmp / "config.yaml", OmegaConf.to_yaml(self.config).encode())
         except Exception as error:
-            shutil.rmtree(tmp, ignore_errors=True)
-            storage = self._storage_error(step, error)
-            if storage is None:
+            failure = self._discard(step, error)
+            if failure is error:
                 raise
-            raise storage from error
+            raise failure from error
         self._staged = (step, parts)
 
     def commit(self) -> None:
@@ -125,8 +124,7 @@ class Checkpointer:
             finalize_checkpoint(self.root, step)
             prune_checkpoints(self.root, self.keep, self.run_id, step)
         except Exception as error:  # surfaced by wait(), in the training thread (Ctrl-C and SIGTERM pass)
-            shutil.rmtree(tmp_step_dir(self.root, step), ignore_errors=True)  # never loaded, and holds space
-            self.error = self._storage_error(step, error) or error
+            self.error = self._discard(step, error)
 
     def settle(self, timeout_s: float = 60.0) -> None:
         """On the way out after an error: give a checkpoint being finished in the background up to
@@ -145,6 +143,13 @@ class Checkpointer:
             if isinstance(error, StorageError):
                 raise error
             raise RuntimeError(f"writing a checkpoint under {self.root} failed: {error}") from error
+
+    def _discard(self, step: int, error: BaseException) -> BaseException:
+        """After checkpoint ``step`` failed with ``error``: remove its unfinished directory (never loaded, and on
+        a full disk it holds the space) and return the error to raise, a StorageError when the file system
+        caused it."""
+        shutil.rmtree(tmp_step_dir(self.root, step), ignore_errors=True)
+        return self._storage_error(step, error) or error
 
     def _storage_error(self, step: int, error: BaseException) -> StorageError | None:
         """The error for a save the file system refused (a full disk, read-only, I/O), said with what is

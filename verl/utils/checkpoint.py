@@ -114,9 +114,10 @@ def checkpoint_damage(checkpoint: Path) -> str | None:
         info = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         return f"{path} cannot be read ({describe_error(e)})"
-    if not isinstance(info, dict) or not isinstance(info.get(MANIFEST_KEY, {}), dict):
+    manifest = info.get(MANIFEST_KEY, {}) if isinstance(info, dict) else None
+    if not isinstance(manifest, dict):
         return f"{path} is not a checkpoint record (an object with {MANIFEST_KEY!r})"
-    return damage(Path(checkpoint), info.get(MANIFEST_KEY, {}))
+    return damage(Path(checkpoint), manifest)
 
 
 def read_run_id(checkpoint: Path) -> str | None:
