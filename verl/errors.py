@@ -16,6 +16,8 @@ Exit codes of ``verl run`` / ``verl sft`` / ``verl export``:
       change the run's meaning (:class:`RunDirError`)
 5     storage error: a checkpoint could not be written (a full disk, a read-only or failing file
       system); the unfinished checkpoint is removed, the previous one is intact (:class:`StorageError`)
+6     cluster error: the Ray cluster cannot hold the workers asked for (too few nodes or resources
+      for ``trainer.nnodes``) (:class:`ClusterError`)
 130   interrupted (Ctrl-C / SIGINT); the last complete checkpoint is intact
 143   terminated (SIGTERM); the same
 ====  ==========================================================================
@@ -51,6 +53,13 @@ class StorageError(UserError):
 
     exit_code = 5
     label = "storage error"
+
+
+class ClusterError(UserError):
+    """The Ray cluster cannot place the workers asked for: too few alive nodes, or too few resources on them."""
+
+    exit_code = 6
+    label = "cluster error"
 
 
 def describe_error(error: BaseException) -> str:

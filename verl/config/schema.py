@@ -459,7 +459,8 @@ class TrainerSection:
     val_only: bool = False
     """validate and exit without training"""
     nnodes: int = 1
-    """number of nodes"""
+    """number of nodes; with trainer.backend=ray each role's ranks spread over that many Ray nodes (the
+    cluster named by RAY_ADDRESS, e.g. under `ray job submit`), n_gpus_per_node ranks on each"""
     n_gpus_per_node: int = 1
     """data-parallel workers per node for the actor (and critic): one per GPU, or CPU processes without GPUs"""
     backend: str = "local"

@@ -13,6 +13,7 @@ class WorkerError(RuntimeError):
     ``kind`` says how: ``"exception"`` (the method raised), ``"died"`` (the worker's process is gone:
     killed, crashed) or ``"oom"`` (killed for using too much memory). ``cause`` is a one-line
     description of the underlying error; the original exception, when there is one, is ``__cause__``.
+    ``node`` says where the worker ran on a Ray cluster (its node's short id and address).
     """
 
     def __init__(
@@ -23,6 +24,7 @@ class WorkerError(RuntimeError):
         cause: str,
         kind: str = "exception",
         pid: int | None = None,
+        node: str | None = None,
     ) -> None:
         self.role = role
         self.rank = rank
@@ -30,9 +32,12 @@ class WorkerError(RuntimeError):
         self.cause = cause
         self.kind = kind
         self.pid = pid
-        where = f"role {role!r} rank {rank}" + (f" (pid {pid})" if pid is not None else "")
+        self.node = node
+        details = [f"pid {pid}"] if pid is not None else []
+        details += [f"node {node}"] if node is not None else []
+        where = f"role {role!r} rank {rank}" + (f" ({', '.join(details)})" if details else "")
         what = {"exception": "raised an error", "died": "died", "oom": "ran out of memory"}.get(kind, kind)
         super().__init__(f"{where} {what} in {method}: {cause}")
 
     def __reduce__(self):  # keep the fields when the error crosses a process boundary
-        return (type(self), (self.role, self.rank, self.method, self.cause, self.kind, self.pid))
+        return (type(self), (self.role, self.rank, self.method, self.cause, self.kind, self.pid, self.node))

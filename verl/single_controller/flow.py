@@ -54,7 +54,9 @@ class Role:
     ``role_type`` is descriptive (actor, critic, reward_model, reference_model, rollout, ...).
     ``num_workers`` ranks are started; ``colocate_with`` names a registered role whose worker
     processes this role shares (Ray backend; in-process every role shares the driver's process).
-    ``num_cpus_per_worker`` / ``num_gpus_per_worker`` are the Ray resources each rank reserves.
+    ``num_cpus_per_worker`` / ``num_gpus_per_worker`` are the Ray resources each rank reserves;
+    ``nnodes`` spreads the ranks over that many Ray nodes (a role colocated with another goes where its
+    processes are).
     ``on_failure`` is ``"fail"`` or ``"restart"`` (rebuild the workers, restore their saved state,
     retry the step, at most ``max_restarts`` times over the run).
     """
@@ -67,6 +69,7 @@ class Role:
     colocate_with: str | None = None
     num_cpus_per_worker: float = 0.0
     num_gpus_per_worker: float = 0.0
+    nnodes: int = 1
     on_failure: str = "fail"
     max_restarts: int = 3
 
@@ -149,6 +152,7 @@ class Controller:
             num_cpus_per_worker=role.num_cpus_per_worker,
             num_gpus_per_worker=role.num_gpus_per_worker,
             colocate_with=colocate,
+            nnodes=role.nnodes,
         )
 
     def group(self, role: str) -> WorkerGroup:
@@ -338,6 +342,7 @@ class Controller:
                             f"{error.cause} (gave up after {self.restarts[node.role]} restarts of this role)",
                             error.kind,
                             error.pid,
+                            error.node,
                         ) from error
                     raise
                 self.restarts[node.role] += 1

@@ -23,6 +23,7 @@ import socket
 import sys
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -36,6 +37,7 @@ from ray.exceptions import (
     WorkerCrashedError,
 )
 
+from verl.errors import ClusterError
 from verl.single_controller.base import WorkerGroup
 from verl.single_controller.errors import WorkerError, describe_error
 from verl.single_controller.worker import worker_placement
@@ -50,25 +52,32 @@ _DIED = (RayActorError, WorkerCrashedError, NodeDiedError)
 
 _OOM = (OutOfMemoryError, ObjectStoreFullError)
 
+logger = logging.getLogger(__name__)
+
 # Groups are built one at a time in this driver. A worker's __init__ may block in a rendezvous while it
 # holds a host's environment; building two colocated groups at once could interleave their MASTER_PORTs.
 _BUILD_LOCK = threading.RLock()
 
+_GROUPS: weakref.WeakSet[RayWorkerGroup] = weakref.WeakSet()
+"""The live groups of this driver, to say which ranks a lost node held."""
+
 
 def ensure_ray(**init_kwargs: Any) -> None:
-    """Start a local Ray instance unless one is running; ``init_kwargs`` override the defaults.
+    """Join the cluster named by ``RAY_ADDRESS``, else start a Ray instance of this machine's own, unless
+    Ray is already initialised; ``init_kwargs`` override the defaults.
 
-    The defaults keep it quiet and quick to start: no dashboard, warnings only, but the workers' stdout
-    and stderr still reach the driver's terminal (prefixed with the actor and pid).
+    ``RAY_ADDRESS`` is what ``ray job submit`` sets for its entrypoint; ``RAY_ADDRESS=auto`` joins the
+    cluster ``ray start`` runs on this machine. Without it a new local instance starts even when such a
+    cluster runs, so a run never lands on a cluster nobody named. The local defaults keep it quiet and
+    quick to start: no dashboard, warnings only, but the workers' stdout and stderr still reach the
+    driver's terminal (prefixed with the actor and pid).
     """
     if ray.is_initialized():
         return
-    options: dict[str, Any] = {
-        "num_cpus": os.cpu_count(),
-        "include_dashboard": False,
-        "log_to_driver": True,
-        "logging_level": logging.WARNING,
-    }
+    options: dict[str, Any] = {"log_to_driver": True, "logging_level": logging.WARNING}
+    if not (init_kwargs.get("address") or os.environ.get("RAY_ADDRESS")):
+        # A cluster's resources are its nodes'; these options are for a new instance only.
+        options.update(address="local", num_cpus=os.cpu_count(), include_dashboard=False)
     options.update(init_kwargs)
     ray.init(**options)
 
@@ -117,6 +126,16 @@ class _WorkerHost:
         self._threads[key] = thread
         return os.getpid()
 
+    def where(self) -> tuple[str, str]:
+        """``(node id, node address)`` of the node this process runs on."""
+        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+
+    def free_port(self) -> int:
+        """A TCP port free right now on this node, for a torch.distributed rendezvous led from here."""
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("", 0))
+            return sock.getsockname()[1]
+
     def call(self, key: str, method: str, args: tuple, kwargs: dict) -> Any:
         """Run one method of group ``key``'s worker, one call at a time per worker."""
         if key not in self._workers:
@@ -152,18 +171,33 @@ _HostActor = ray.remote(_WorkerHost)
 
 
 class _Hosts:
-    """The host processes of one colocation set: one actor per rank, shared by the member groups."""
+    """The host processes of one colocation set: one actor per rank, shared by the member groups.
 
-    def __init__(self, world_size: int, num_cpus: float, num_gpus: float = 0) -> None:
+    With ``nnodes > 1`` the ranks are spread over that many Ray nodes: a placement group with one bundle
+    per node (``STRICT_SPREAD``, so no two bundles share a node) holds ranks ``[k * per_node, (k + 1) *
+    per_node)`` in bundle k, as verl's resource pools give each node ``n_gpus_per_node`` ranks. After a
+    node is lost, a restart spreads them over the nodes still alive.
+    """
+
+    placement_timeout_s: float = 120.0
+    """How long to wait for the cluster to hold the placement group before naming what is missing."""
+
+    def __init__(self, world_size: int, num_cpus: float, num_gpus: float = 0, nnodes: int = 1) -> None:
         self.world_size = world_size
         self.num_cpus = num_cpus
         self.num_gpus = num_gpus
+        self.nnodes = nnodes
         self.groups: list[RayWorkerGroup] = []
         self.actors: list[Any] = []
+        self.placement_group: Any = None
         self.start()
 
-    def start(self) -> None:
-        """Create one actor per rank; Ray starts the processes in the background."""
+    def start(self, on_alive_nodes: bool = False) -> None:
+        """Create one actor per rank; Ray starts the processes in the background.
+
+        ``on_alive_nodes``: after a failure, spread over as many of the nodes asked for as are alive
+        instead of waiting for all of them.
+        """
         # max_concurrency > 1 makes the host a threaded actor, so colocated groups can run at once.
         # With num_gpus Ray gives each host its own device(s) and sets CUDA_VISIBLE_DEVICES accordingly.
         options = {
@@ -173,7 +207,45 @@ class _Hosts:
             "max_restarts": 0,
         }
         sys_path = [os.path.abspath(path) for path in sys.path]
-        self.actors = [_HostActor.options(**options).remote(sys_path) for _ in range(self.world_size)]
+        spread = min(self.nnodes, self.world_size) > 1
+        strategies = self._spread(on_alive_nodes) if spread else [None] * self.world_size
+        self.actors = [
+            _HostActor.options(**options, **({"scheduling_strategy": s} if s else {})).remote(sys_path)
+            for s in strategies
+        ]
+
+    def _spread(self, on_alive_nodes: bool) -> list[Any]:
+        """Reserve one bundle per node and return each rank's scheduling strategy (its node's bundle)."""
+        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        nodes = wanted = min(self.nnodes, self.world_size)
+        alive = _settled_alive_nodes(self.placement_timeout_s) if on_alive_nodes else _alive_nodes()
+        if on_alive_nodes and len(alive) < wanted:
+            nodes = max(1, len(alive))
+            logger.warning(
+                "%d of the %d nodes asked for are alive: placing the %d ranks on %d node(s)",
+                len(alive), wanted, self.world_size, nodes,
+            )  # fmt: skip
+        per_node = -(-self.world_size // nodes)
+        bundle = {"CPU": self.num_cpus * per_node, "GPU": self.num_gpus * per_node}
+        # A bundle must hold something; hosts that reserve nothing take none of this.
+        bundle = {name: amount for name, amount in bundle.items() if amount} or {"CPU": 0.01}
+        group = placement_group([dict(bundle) for _ in range(nodes)], strategy="STRICT_SPREAD")
+        ready, _ = ray.wait([group.ready()], timeout=self.placement_timeout_s)
+        if not ready:
+            remove_placement_group(group)
+            raise ClusterError(
+                f"the Ray cluster cannot place {self.world_size} worker(s) on {nodes} different nodes ({per_node} "
+                f"per node, reserving {bundle} on each) within {self.placement_timeout_s:g} s; alive nodes: "
+                f"{_describe_nodes(_alive_nodes())}. Start more nodes (ray start --address=<head address>) or "
+                "lower trainer.nnodes"
+            )
+        self.placement_group = group
+        return [
+            PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=rank // per_node)
+            for rank in range(self.world_size)
+        ]
 
     def kill(self) -> None:
         for actor in self.actors:
@@ -182,6 +254,14 @@ class _Hosts:
             except Exception:  # already gone, or Ray is shutting down: nothing left to release
                 pass
         self.actors = []
+        group, self.placement_group = self.placement_group, None
+        if group is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            try:
+                remove_placement_group(group)
+            except Exception:  # Ray is shutting down: the reservation goes with it
+                pass
 
 
 class RayWorkerGroup(WorkerGroup):
@@ -195,7 +275,10 @@ class RayWorkerGroup(WorkerGroup):
     ``num_cpus_per_worker`` or call ``torch.set_num_threads`` in ``__init__`` (``env`` comes too late
     for that). ``num_gpus_per_worker`` GPUs are reserved per host (Ray then sets its
     ``CUDA_VISIBLE_DEVICES``). ``env`` is exported in each host before the worker is built.
-    ``colocate_with=other`` puts rank r in the same process as rank r of ``other`` (and its devices).
+    ``nnodes`` spreads the ranks over that many Ray nodes (see :class:`_Hosts`); the rendezvous is led
+    from rank 0's node, and ``LOCAL_RANK`` counts the ranks on each node.
+    ``colocate_with=other`` puts rank r in the same process as rank r of ``other`` (and its devices, and
+    its node).
 
     After a failure the group may be left with a dead or stuck rank: call :meth:`restart`.
     """
@@ -217,24 +300,29 @@ class RayWorkerGroup(WorkerGroup):
         num_gpus_per_worker: float = 0,
         env: dict[str, str] | None = None,
         colocate_with: RayWorkerGroup | None = None,
+        nnodes: int = 1,
     ) -> None:
         super().__init__(worker_cls, world_size, init_kwargs, name)
         self._env = {str(k): str(v) for k, v in (env or {}).items()}
         self._pids: dict[int, int] = {}
+        self._nodes: dict[int, tuple[str, str]] = {}
         self._hosts: _Hosts | None = None
         ensure_ray()
         with _BUILD_LOCK:
-            self._hosts = self._join_hosts(colocate_with, num_cpus_per_worker, num_gpus_per_worker)
+            self._hosts = self._join_hosts(colocate_with, num_cpus_per_worker, num_gpus_per_worker, nnodes)
+            _GROUPS.add(self)
             try:
                 self._build()
             except BaseException:
                 self.shutdown()
                 raise
 
-    def _join_hosts(self, colocate_with: RayWorkerGroup | None, num_cpus: float, num_gpus: float) -> _Hosts:
+    def _join_hosts(
+        self, colocate_with: RayWorkerGroup | None, num_cpus: float, num_gpus: float, nnodes: int
+    ) -> _Hosts:
         """New hosts, or those of ``colocate_with`` after checking the two groups can share them."""
         if colocate_with is None:
-            hosts = _Hosts(self.world_size, num_cpus, num_gpus)
+            hosts = _Hosts(self.world_size, num_cpus, num_gpus, nnodes)
         else:
             hosts = self._shared_hosts(colocate_with, num_cpus)
         hosts.groups.append(self)
@@ -269,16 +357,21 @@ class RayWorkerGroup(WorkerGroup):
         """Build every rank's worker at once (their __init__ may wait for each other), then restore state."""
         hosts = self._live_hosts()
         self._pids = {}
-        port = _free_port()
+        self._nodes = self._gather(
+            _INIT, {rank: actor.where.remote() for rank, actor in enumerate(hosts.actors)}
+        )
+        port = self._gather(_INIT, {0: hosts.actors[0].free_port.remote()})[0]
+        local_ranks, local_sizes = _local_ranks(self._nodes)
         refs = {}
         for rank, actor in enumerate(hosts.actors):
             env = {
                 **self._env,
-                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_ADDR": self._nodes[0][1],  # rank 0 leads the rendezvous, on its node
                 "MASTER_PORT": str(port),
                 "RANK": str(rank),
                 "WORLD_SIZE": str(self.world_size),
-                "LOCAL_RANK": str(rank),  # one node: the local rank is the rank
+                "LOCAL_RANK": str(local_ranks[rank]),
+                "LOCAL_WORLD_SIZE": str(local_sizes[rank]),
             }
             refs[rank] = actor.build.remote(
                 self.name, self.worker_cls, self.init_kwargs, rank, self.world_size, env
@@ -339,7 +432,13 @@ class RayWorkerGroup(WorkerGroup):
     def _worker_error(self, rank: int, method: str, error: BaseException, context: str = "") -> WorkerError:
         """Translate whatever a call raised into a WorkerError; the original is kept as ``__cause__``."""
         kind, cause, original = _classify(error)
-        worker_error = WorkerError(self.name, rank, method, context + cause, kind, self._pids.get(rank))
+        node = self._nodes.get(rank)
+        if kind == "died" and node is not None and not _node_alive(node[0]):
+            cause += f"; {_node_loss(node)}"
+        where = f"{_short(node[0])} at {node[1]}" if node is not None else None
+        worker_error = WorkerError(
+            self.name, rank, method, context + cause, kind, self._pids.get(rank), where
+        )
         worker_error.__cause__ = original
         return worker_error
 
@@ -348,6 +447,20 @@ class RayWorkerGroup(WorkerGroup):
     def pids(self) -> list[int]:
         """The pid of each rank's host process (shared with colocated groups)."""
         return [self._pids[rank] for rank in range(self.world_size)]
+
+    def nodes(self) -> list[tuple[str, str]]:
+        """``(node id, node address)`` of the Ray node each rank runs on."""
+        return [self._nodes[rank] for rank in range(self.world_size)]
+
+    def describe_placement(self) -> str:
+        """Which ranks run on which node, e.g. ``ranks 0-1 on node 1a2b3c4d (10.0.0.5)``."""
+        by_node: dict[tuple[str, str], list[int]] = {}
+        for rank, node in sorted(self._nodes.items()):
+            by_node.setdefault(node, []).append(rank)
+        return ", ".join(
+            f"{_ranks_text(ranks)} on node {_short(node_id)} ({address})"
+            for (node_id, address), ranks in by_node.items()
+        )
 
     def restart(self) -> None:
         """Kill this group's host processes and build every worker again in fresh ones.
@@ -359,7 +472,7 @@ class RayWorkerGroup(WorkerGroup):
         with _BUILD_LOCK:
             hosts = self._live_hosts()
             hosts.kill()
-            hosts.start()
+            hosts.start(on_alive_nodes=True)
             failures = []
             for group in list(hosts.groups):  # one group failing to build must not strand the others
                 try:
@@ -372,6 +485,7 @@ class RayWorkerGroup(WorkerGroup):
     def shutdown(self) -> None:
         """Release this group's workers; the processes end with the last group that uses them."""
         hosts, self._hosts = self._hosts, None
+        _GROUPS.discard(self)
         if hosts is None or self not in hosts.groups:
             return
         hosts.groups.remove(self)
@@ -387,11 +501,88 @@ class RayWorkerGroup(WorkerGroup):
 # ---------------------------------------------------------------------------------- helpers
 
 
-def _free_port() -> int:
-    """A TCP port free right now on this machine, for one group's torch.distributed rendezvous."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def _local_ranks(nodes: dict[int, tuple[str, str]]) -> tuple[dict[int, int], dict[int, int]]:
+    """Each rank's index among the ranks on its node (``LOCAL_RANK``), and how many share its node."""
+    local: dict[int, int] = {}
+    counts: dict[str, int] = {}
+    for rank, (node_id, _) in sorted(nodes.items()):
+        local[rank] = counts.get(node_id, 0)
+        counts[node_id] = local[rank] + 1
+    return local, {rank: counts[node_id] for rank, (node_id, _) in nodes.items()}
+
+
+def _short(node_id: str) -> str:
+    """The first 8 hex digits of a node id, as ``ray status`` and the dashboard abbreviate it."""
+    return node_id[:8]
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    if ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return "ranks " + ",".join(map(str, ranks))
+
+
+def _alive_nodes() -> list[dict[str, Any]]:
+    return [node for node in ray.nodes() if node.get("Alive")]
+
+
+def _node_alive(node_id: str) -> bool:
+    """Whether the cluster still has the node and its raylet answers."""
+    try:
+        return any(node["NodeID"] == node_id and _raylet_answers(node) for node in _alive_nodes())
+    except Exception:  # the cluster cannot be asked (Ray shutting down): do not claim a node loss
+        return True
+
+
+def _raylet_answers(node: dict[str, Any], timeout: float = 2.0) -> bool:
+    """Whether the node's raylet accepts a connection. Ray's own verdict comes later: it marks a node dead
+    after several missed health checks (15 s and more by default), while its processes' deaths are
+    reported at once."""
+    try:
+        with socket.create_connection((node["NodeManagerAddress"], node["NodeManagerPort"]), timeout=timeout):
+            return True
+    except (OSError, KeyError):
+        return False
+
+
+def _settled_alive_nodes(timeout: float) -> list[dict[str, Any]]:
+    """The alive nodes once Ray agrees with what answers: a node whose raylet is gone is waited on until
+    Ray marks it dead (placing workers on it would fail), at most ``timeout`` seconds, then left out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = _alive_nodes()
+        answering = [node for node in alive if _raylet_answers(node)]
+        if len(answering) == len(alive) or time.monotonic() > deadline:
+            return answering
+        time.sleep(1.0)
+
+
+def _describe_nodes(nodes: list[dict[str, Any]]) -> str:
+    if not nodes:
+        return "none"
+    return "; ".join(
+        f"{_short(node['NodeID'])} at {node.get('NodeManagerAddress', '?')} with "
+        + ", ".join(
+            f"{name} {amount:g}"
+            for name, amount in sorted(node.get("Resources", {}).items())
+            if name in ("CPU", "GPU")
+        )  # fmt: skip
+        for node in nodes
+    )
+
+
+def _node_loss(node: tuple[str, str]) -> str:
+    """What a lost node took with it: every live group's ranks that ran there."""
+    lost = []
+    for group in sorted(_GROUPS, key=lambda g: g.name):
+        ranks = [rank for rank, where in sorted(group._nodes.items()) if where[0] == node[0]]
+        if ranks:
+            lost.append(f"{group.name} {_ranks_text(ranks)}")
+    return f"node {_short(node[0])} at {node[1]} left the cluster, taking " + (
+        ", ".join(lost) or "no other ranks"
+    )
 
 
 def _cancel(refs: Any) -> None:

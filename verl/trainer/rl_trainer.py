@@ -26,6 +26,7 @@ from verl.config.reward_fns import parse_reward_fns
 from verl.data import EpochSampler, RLDataset, collate_rl, iterate_batches
 from verl.models import tokenizer_for
 from verl.protocol import DataProto
+from verl.single_controller.errors import WorkerError
 from verl.single_controller.flow import Controller, DataChannel, Role
 from verl.trainer.async_step import ROLLOUT, SeparateAsyncStep, async_step_for
 from verl.trainer.checkpointing import Checkpointer, drop_metrics_after
@@ -174,7 +175,11 @@ class RLTrainer:
     def _register_roles(self, reward_kwargs: dict[str, Any]) -> None:
         """The roles of PPO / GRPO; the actor and critic have ``trainer.nnodes x n_gpus_per_node`` workers."""
         cfg = self.config
-        policy = dict(on_failure=cfg.trainer.on_worker_failure, max_restarts=cfg.trainer.max_worker_restarts)
+        policy = dict(
+            on_failure=cfg.trainer.on_worker_failure,
+            max_restarts=cfg.trainer.max_worker_restarts,
+            nnodes=cfg.trainer.nnodes,  # Ray spreads each role's ranks over the nodes
+        )
         # One GPU per data-parallel rank of the trained roles (Ray places them); reward runs on CPU.
         wants_gpu = cfg.trainer.device == "cuda" or (
             cfg.trainer.device == "auto" and torch.cuda.is_available()
@@ -315,6 +320,9 @@ class RLTrainer:
         tracking.write(actor_compute_line(self.config))
         groups = ", ".join(f"{name} x{group.world_size}" for name, group in self.controller.groups.items())
         tracking.write(f"backend {self.config.trainer.backend}: {groups}")
+        for name, group in self.controller.groups.items():
+            if hasattr(group, "describe_placement"):  # Ray: where each rank runs
+                tracking.write(f"  {name}: {group.describe_placement()}")
         tracking.write(self.plan.describe())
         if start_step:
             tracking.write(f"resumed after step {start_step} from {run.resume_from}")
@@ -386,10 +394,18 @@ class RLTrainer:
         return int(state["global_step"])
 
     def save_worker_states(self) -> None:
-        """Keep a driver-side copy of the trained roles' state, which a restarted worker resumes from."""
+        """Keep a driver-side copy of the trained roles' state, which a restarted worker resumes from.
+
+        A worker lost while it is copied (its node gone) keeps the previous copy: the next step's call
+        meets the loss and restarts the role from that copy, as ``on_worker_failure=restart`` asks.
+        """
         for role in ("actor_rollout", "critic"):
             if role in self.controller.groups:
-                self.controller.groups[role].save_state()
+                try:
+                    self.controller.groups[role].save_state()
+                except WorkerError as error:
+                    logger.warning("%s; the state copy of step %d is lost, a restart resumes from the one before",
+                                   error, self.global_steps)  # fmt: skip
 
     def trace_path(self) -> str:
         path = self.config.trainer.trace_path

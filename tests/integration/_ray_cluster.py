@@ -1,0 +1,147 @@
+"""A two-node Ray cluster on this machine, started with ``ray start`` as an operator would: a head and a
+worker node, each with a resource of its own (``verl_head`` / ``verl_worker``) so a test can tell them apart.
+
+Each node runs in its own session (so a test can kill one node's processes and nothing else) under a temp
+dir of its own: ``ray.init()`` elsewhere on the machine does not find this cluster, and ``ray stop`` (which
+stops every Ray process on the machine) is never needed. Ray 2.60 turns token authentication on when a head
+starts; every process that talks to the cluster gets ``RAY_AUTH_MODE=token``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HEALTH_CHECK = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
+"""Ray declares a silent node dead after failure_threshold x period (defaults 5 x 3 s); shorter here so a
+node-loss test does not wait. A real cluster keeps Ray's defaults."""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class LocalRayCluster:
+    """``start()`` the head and the worker node; ``env()`` is what a client needs; ``stop()`` kills both."""
+
+    def __init__(self, cpus_per_node: int = 2) -> None:
+        # A short path: Ray's unix sockets live under it, and a socket path may not exceed 107 bytes.
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="verl-ray-", dir="/tmp"))
+        self.port = _free_port()
+        self.dashboard_port = _free_port()
+        self.cpus_per_node = cpus_per_node
+        self.sessions: dict[str, int] = {}  # node name -> the process group of its Ray processes
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def dashboard(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """The environment of a process that joins the cluster (``RAY_ADDRESS`` included)."""
+        return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_ADDRESS": self.address, **HEALTH_CHECK, **extra}
+
+    def _ray_start(self, name: str, *args: str) -> None:
+        command = [
+            sys.executable, "-m", "ray.scripts.scripts", "start", "--node-ip-address=127.0.0.1",
+            f"--num-cpus={self.cpus_per_node}", f"--resources={json.dumps({f'verl_{name}': 1})}",
+            f"--temp-dir={self.temp_dir}", "--object-store-memory=300000000", "--disable-usage-stats", *args,
+        ]  # fmt: skip
+        env = self.env()
+        env.pop("RAY_ADDRESS")
+        process = subprocess.run(
+            command, env=env, capture_output=True, text=True, timeout=180, start_new_session=True
+        )
+        if process.returncode != 0:
+            raise RuntimeError(f"ray start ({name}) failed:\n{process.stdout}\n{process.stderr}")
+
+    def start(self) -> LocalRayCluster:
+        self.start_node("head")
+        self.start_node("worker")
+        return self
+
+    def start_node(self, name: str) -> None:
+        """Start the head (``name="head"``) or a worker node joining it."""
+        before = _session_ids()
+        if name == "head":
+            self._ray_start(
+                name, "--head", f"--port={self.port}", "--dashboard-host=127.0.0.1",
+                f"--dashboard-port={self.dashboard_port}", f"--ray-client-server-port={_free_port()}",
+            )  # fmt: skip
+        else:
+            self._ray_start(name, f"--address={self.address}")
+        new = _session_ids() - before
+        assert len(new) == 1, f"could not tell the {name} node's processes apart: sessions {new}"
+        self.sessions[name] = new.pop()
+        self.wait_for_nodes(len(self.sessions))
+
+    def kill_node(self, name: str) -> None:
+        """SIGKILL every process of one node (its daemons and its workers), as a machine that loses power."""
+        session = self.sessions.pop(name)
+        # By session, not process group: Ray puts each worker process in a process group of its own.
+        for pid in _pids_where(lambda pid: os.getsid(pid) == session):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def nodes(self) -> list[dict]:
+        """``ray.nodes()`` as seen by a client of the cluster."""
+        code = "import json, ray; ray.init(logging_level='ERROR'); print(json.dumps(ray.nodes()))"
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def node_id(self, name: str) -> str:
+        """The id of the alive node that holds resource ``verl_<name>``."""
+        (node,) = [n for n in self.nodes() if n["Alive"] and f"verl_{name}" in n["Resources"]]
+        return node["NodeID"]
+
+    def wait_for_nodes(self, count: int, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while sum(node["Alive"] for node in self.nodes()) != count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the cluster did not reach {count} alive nodes in {timeout} s")
+            time.sleep(1)
+
+    def stop(self) -> None:
+        for name in list(self.sessions):
+            self.kill_node(name)
+
+
+def _pids_where(test) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and test(int(entry.name)):
+                pids.append(int(entry.name))
+        except OSError:  # the process ended meanwhile
+            pass
+    return pids
+
+
+def _is_raylet(pid: int) -> bool:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(b"/raylet/raylet")
+
+
+def _session_ids() -> set[int]:
+    """Session ids of the Ray node daemons (raylets) running now."""
+    return {os.getsid(pid) for pid in _pids_where(_is_raylet)}
