@@ -70,7 +70,24 @@ class LocalRayCluster:
     def start(self) -> LocalRayCluster:
         self.start_node("head")
         self.start_node("worker")
+        self.wait_for_job_server()
         return self
+
+    def wait_for_job_server(self, timeout: float = 180) -> None:
+        """Until a job runs: the head's job agent registers some seconds after `ray start` returns, and a
+        job submitted before that is refused ("No available agent to submit job")."""
+        command = [sys.executable, "-m", "ray.scripts.scripts", "job", "submit", f"--address={self.dashboard}",
+                   "--", "python", "-c", "pass"]  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while True:
+            job = subprocess.run(command, env=self.env(), capture_output=True, text=True, timeout=timeout)
+            if job.returncode == 0:
+                return
+            if "No available agent" not in job.stdout + job.stderr or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the job server does not run jobs:\n{job.stdout[-2000:]}\n{job.stderr[-2000:]}"
+                )
+            time.sleep(2)
 
     def start_node(self, name: str) -> None:
         """Start the head (``name="head"``) or a worker node joining it."""

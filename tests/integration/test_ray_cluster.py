@@ -6,9 +6,12 @@ cluster too small for ``trainer.nnodes`` is refused instead of waited on forever
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -125,30 +128,55 @@ def test_job_submit_spreads_the_ranks_over_both_nodes_and_learns(cluster, job_ar
     assert last > first + 0.4, f"the reward did not rise: {[round(s, 2) for s in scores]}"
 
 
+class _Driver:
+    """verl's launcher run here, joined to the cluster by RAY_ADDRESS; its output collected as it comes."""
+
+    def __init__(self, cluster: LocalRayCluster, args: list[str], run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "verl.trainer.main_ppo", *args, f"trainer.default_local_dir={run_dir}"],
+            env=cluster.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=lambda: self.lines.extend(self.process.stdout), daemon=True)
+        self.reader.start()
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for_step(self, step: int) -> None:
+        metrics = self.run_dir / "metrics.jsonl"
+        deadline = time.monotonic() + 600
+        while not (metrics.exists() and len(metrics.read_text().splitlines()) >= step):
+            assert self.process.poll() is None, self.output[-4000:]
+            assert time.monotonic() < deadline, f"the run did not reach step {step}"
+            time.sleep(0.5)
+
+    def finish(self, timeout: float = 600) -> int:
+        try:
+            self.process.wait(timeout=timeout)
+        finally:
+            self.process.kill()
+            self.reader.join(timeout=30)
+        return self.process.returncode
+
+
 def _start_and_lose_the_worker(cluster: LocalRayCluster, args: list[str], run_dir: Path, after_step: int):
-    """Run the driver here, joined to the cluster by RAY_ADDRESS; kill the worker node after ``after_step``."""
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "verl.trainer.main_ppo", *args, f"trainer.default_local_dir={run_dir}"],
-        env=cluster.env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    metrics = run_dir / "metrics.jsonl"
-    deadline = time.monotonic() + 600
-    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= after_step):
-        assert driver.poll() is None, driver.communicate()[0][-4000:]
-        assert time.monotonic() < deadline, "the run did not reach the step at which the node is killed"
-        time.sleep(0.5)
+    """Kill the worker node after ``after_step``; the exit code, the output, the node and how long it took."""
+    driver = _Driver(cluster, args, run_dir)
+    driver.wait_for_step(after_step)
     worker = cluster.node_id("worker")
     cluster.kill_node("worker")
     killed = time.monotonic()
     try:
-        output, _ = driver.communicate(timeout=600)
+        code = driver.finish()
     finally:
-        driver.kill()
         cluster.start_node("worker")  # the next test gets two nodes again
-    return driver.returncode, output, worker, time.monotonic() - killed
+    return code, driver.output, worker, time.monotonic() - killed
 
 
 def test_losing_the_worker_node_restarts_its_ranks_on_the_head(cluster, job_args, tmp_path):
@@ -192,3 +220,37 @@ def test_too_few_nodes_is_refused_with_what_the_cluster_has(cluster):
     assert len(re.findall(r" at [\d.]+ with CPU 2", out.stdout)) == 2, (
         out.stdout
     )  # both alive nodes, described
+
+
+def test_a_stopped_worker_is_named_with_its_stack_within_the_deadline(cluster, job_args, tmp_path):
+    """SIGSTOP one actor rank mid-run: with trainer.worker_timeout_s=20 the run stops (exit 1) naming that
+    rank, its node, that it does not answer a heartbeat, and where its Python code was."""
+    args = [*job_args, "trainer.total_training_steps=40", "trainer.worker_timeout_s=20"]
+    driver = _Driver(cluster, args, tmp_path / "run")
+    stopped = None
+    try:
+        driver.wait_for_step(2)
+        (line,) = [line for line in driver.lines if line.strip().startswith("actor_rollout: ")]
+        pids = [int(pid) for group in re.findall(r"pids? ([\d,]+)\)", line) for pid in group.split(",")]
+        stopped = pids[-1]  # the last rank's process
+        os.kill(stopped, signal.SIGSTOP)
+        start = time.monotonic()
+        code = driver.finish(timeout=300)
+        seconds = time.monotonic() - start
+    finally:
+        if stopped is not None:
+            try:
+                os.kill(stopped, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert code == 1, driver.output[-4000:]
+    (failure,) = [line for line in driver.lines if line.startswith("run failed: ")]
+    assert re.search(
+        rf"role 'actor_rollout' rank 1 \(pid {stopped}, node \w+ at [\d.]+\) stopped responding", failure
+    )
+    assert "the limit being 20 s (trainer.worker_timeout_s)" in failure
+    assert "does not answer a heartbeat" in failure, failure
+    stack = driver.output.split("Its Python stack (py-spy dump):", 1)[1]
+    # the worker's thread, where it was stopped: inside a method (verl/workers/roles.py), or between calls
+    assert re.search(r'Thread \d+ \(\w+\): "verl-actor_rollout_\d+"\n\s+\S', stack), stack[:3000]
+    assert seconds < 20 + 90, f"{seconds:.0f} s from the stop to the exit"

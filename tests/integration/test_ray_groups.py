@@ -281,3 +281,53 @@ def test_killed_rank_raises_died_then_restart_rebuilds_every_colocated_group():
     finally:
         gloo.shutdown()
         counter.shutdown()
+
+
+# ---------------------------------------------------------------- the watchdog
+
+
+class Spinner(Worker):
+    @register()
+    def spin(self, seconds: float) -> int:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            _spin_a_little()
+        return self.rank
+
+
+def _spin_a_little() -> None:
+    time.sleep(0.01)
+
+
+def test_a_stopped_rank_is_named_with_its_node_its_silence_and_its_stack():
+    """SIGSTOP one rank mid-call: the call fails at its deadline, not never, naming that rank (its peer,
+    still running, answers the heartbeat) with the Python stack py-spy reads from the stopped process."""
+    group = RayWorkerGroup(Spinner, world_size=2, name="spinner")
+    group.call_timeout_s = 6  # from here on: starting the processes may take longer on a busy machine
+    stopped = group.pids()[1]
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            call = pool.submit(group.spin, 120)
+            time.sleep(2)
+            os.kill(stopped, signal.SIGSTOP)
+            start = time.monotonic()
+            with pytest.raises(WorkerError) as info:
+                call.result(timeout=300)
+        error = info.value
+        assert (error.kind, error.rank, error.pid, error.method) == ("hung", 1, stopped, "spin")
+        assert error.node == f"{group.nodes()[1][0][:8]} at {group.nodes()[1][1]}"
+        message = str(error)
+        assert (
+            f"role 'spinner' rank 1 (pid {stopped}, node {error.node}) stopped responding in spin" in message
+        )
+        assert "the limit being 6 s (trainer.worker_timeout_s)" in message
+        assert "does not answer a heartbeat" in message and "not answering: 1" in message
+        stack = message.split("Its Python stack (py-spy dump):\n", 1)[1]
+        assert stack.startswith("Thread ") and '"verl-spinner_0"' in stack.splitlines()[0], (
+            stack
+        )  # the worker's
+        assert "_spin_a_little" in stack and "Spinner.spin (" in stack and "MainThread" not in stack, stack
+        assert time.monotonic() - start < 60
+    finally:
+        os.kill(stopped, signal.SIGCONT)
+        group.shutdown()

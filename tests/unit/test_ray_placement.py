@@ -23,7 +23,7 @@ def test_one_node_gives_local_rank_equal_to_rank():
 
 @pytest.mark.parametrize(
     "ranks, text",
-    [([3], "rank 3"), ([0, 1, 2], "ranks 0-2"), ([0, 2, 5], "ranks 0,2,5")],
+    [([3], "rank 3"), ([0, 1], "ranks 0,1"), ([0, 1, 2], "ranks 0-2"), ([0, 2, 5], "ranks 0,2,5")],
 )
 def test_ranks_read_as_a_range_when_contiguous(ranks, text):
     assert _ranks_text(ranks) == text

@@ -481,6 +481,11 @@ class TrainerSection:
     (start fresh workers, restore the actor/critic state kept on the driver, retry the step)"""
     max_worker_restarts: int = 3
     """restarts allowed per role over the whole run before giving up (on_worker_failure=restart)"""
+    worker_timeout_s: Optional[float] = 1800
+    """with trainer.backend=ray: the deadline of every call to a worker. A rank without a result by then (a
+    stopped process, a deadlock) fails the call, named with its role, rank, node, whether it answers a
+    heartbeat and its Python stack (py-spy); the workers' gloo / nccl collectives time out after as long.
+    null or 0 = no deadline"""
     worker_state_freq: int = 1
     """with on_worker_failure=restart: copy the actor/critic state (weights, optimizer) to the driver every
     this many steps, so a restarted worker resumes from it; 0 = never (a restarted trained role then fails)"""

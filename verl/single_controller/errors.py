@@ -11,7 +11,8 @@ class WorkerError(RuntimeError):
     """One worker of a group failed a call.
 
     ``kind`` says how: ``"exception"`` (the method raised), ``"died"`` (the worker's process is gone:
-    killed, crashed) or ``"oom"`` (killed for using too much memory). ``cause`` is a one-line
+    killed, crashed), ``"oom"`` (killed for using too much memory) or ``"hung"`` (no result within the
+    group's call deadline). ``cause`` is a one-line
     description of the underlying error; the original exception, when there is one, is ``__cause__``.
     ``node`` says where the worker ran on a Ray cluster (its node's short id and address).
     """
@@ -36,7 +37,13 @@ class WorkerError(RuntimeError):
         details = [f"pid {pid}"] if pid is not None else []
         details += [f"node {node}"] if node is not None else []
         where = f"role {role!r} rank {rank}" + (f" ({', '.join(details)})" if details else "")
-        what = {"exception": "raised an error", "died": "died", "oom": "ran out of memory"}.get(kind, kind)
+        what = {
+            "exception": "raised an error",
+            "died": "died",
+            "oom": "ran out of memory",
+            "hung": "stopped responding",
+        }
+        what = what.get(kind, kind)
         super().__init__(f"{where} {what} in {method}: {cause}")
 
     def __reduce__(self):  # keep the fields when the error crosses a process boundary

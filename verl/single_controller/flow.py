@@ -56,7 +56,8 @@ class Role:
     processes this role shares (Ray backend; in-process every role shares the driver's process).
     ``num_cpus_per_worker`` / ``num_gpus_per_worker`` are the Ray resources each rank reserves;
     ``nnodes`` spreads the ranks over that many Ray nodes (a role colocated with another goes where its
-    processes are).
+    processes are). ``timeout_s`` is the Ray backend's deadline for each call: a rank without a result by
+    then fails the call as hung, named with its Python stack.
     ``on_failure`` is ``"fail"`` or ``"restart"`` (rebuild the workers, restore their saved state,
     retry the step, at most ``max_restarts`` times over the run).
     """
@@ -70,6 +71,7 @@ class Role:
     num_cpus_per_worker: float = 0.0
     num_gpus_per_worker: float = 0.0
     nnodes: int = 1
+    timeout_s: float | None = None
     on_failure: str = "fail"
     max_restarts: int = 3
 
@@ -153,6 +155,7 @@ class Controller:
             num_gpus_per_worker=role.num_gpus_per_worker,
             colocate_with=colocate,
             nnodes=role.nnodes,
+            call_timeout_s=role.timeout_s,
         )
 
     def group(self, role: str) -> WorkerGroup:

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -125,6 +127,11 @@ class _WorkerHost:
         self._workers[key] = worker
         self._threads[key] = thread
         return os.getpid()
+
+    def ping(self) -> bool:
+        """The watchdog's heartbeat: answered by a free thread of this threaded actor while a call runs, so
+        only a process that is stopped (or stuck without releasing the GIL) leaves it unanswered."""
+        return True
 
     def where(self) -> tuple[str, str]:
         """``(node id, node address)`` of the node this process runs on."""
@@ -278,7 +285,9 @@ class RayWorkerGroup(WorkerGroup):
     ``nnodes`` spreads the ranks over that many Ray nodes (see :class:`_Hosts`); the rendezvous is led
     from rank 0's node, and ``LOCAL_RANK`` counts the ranks on each node.
     ``colocate_with=other`` puts rank r in the same process as rank r of ``other`` (and its devices, and
-    its node).
+    its node). ``call_timeout_s`` is the watchdog's deadline for every call: a rank without a result by
+    then is reported as hung (``WorkerError`` kind ``"hung"``) with whether its process still answers a
+    heartbeat and its Python stack; torch.distributed collectives in the workers time out after as long.
 
     After a failure the group may be left with a dead or stuck rank: call :meth:`restart`.
     """
@@ -288,6 +297,9 @@ class RayWorkerGroup(WorkerGroup):
     failure_grace_s: float = 5.0
     """After one rank fails, how long to wait for the others before cancelling them. A peer blocked in a
     collective with the failed rank would otherwise hang the driver."""
+
+    heartbeat_timeout_s: float = 5.0
+    """How long a stuck rank's process gets to answer a heartbeat before it is called unresponsive."""
 
     def __init__(
         self,
@@ -301,9 +313,15 @@ class RayWorkerGroup(WorkerGroup):
         env: dict[str, str] | None = None,
         colocate_with: RayWorkerGroup | None = None,
         nnodes: int = 1,
+        call_timeout_s: float | None = None,
     ) -> None:
         super().__init__(worker_cls, world_size, init_kwargs, name)
+        self.call_timeout_s = call_timeout_s
         self._env = {str(k): str(v) for k, v in (env or {}).items()}
+        if (
+            call_timeout_s
+        ):  # a collective waits no longer than a call may take (verl/workers/engine/distributed.py)
+            self._env.setdefault("VERL_COLLECTIVE_TIMEOUT_S", str(call_timeout_s))
         self._pids: dict[int, int] = {}
         self._nodes: dict[int, tuple[str, str]] = {}
         self._hosts: _Hosts | None = None
@@ -411,23 +429,57 @@ class RayWorkerGroup(WorkerGroup):
         failures = dict(failures or {})
         pending = {ref: rank for rank, ref in refs.items()}
         outputs: dict[int, Any] = {}
-        deadline = time.monotonic() + self.failure_grace_s if failures else None
+        started = time.monotonic()
+        call_deadline = started + self.call_timeout_s if self.call_timeout_s else None
+        grace_deadline = started + self.failure_grace_s if failures else None
         while pending:
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            deadlines = [d for d in (call_deadline, grace_deadline) if d is not None]
+            timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
             if not ready:
-                break  # the grace period is over
+                # the call's deadline passed with no rank failed: say which is stuck, and how
+                if not failures:
+                    stuck = self._stuck_error(method, sorted(pending.values()), time.monotonic() - started)
+                    failures[stuck.rank] = stuck
+                break  # else the grace period is over, and the failure explains the ranks still out
             rank = pending.pop(ready[0])
             try:
                 outputs[rank] = ray.get(ready[0])
             except Exception as error:
                 failures[rank] = self._worker_error(rank, method, error)
-                if deadline is None:
-                    deadline = time.monotonic() + self.failure_grace_s
+                if grace_deadline is None:
+                    grace_deadline = time.monotonic() + self.failure_grace_s
         _cancel(pending)
         if failures:
+            # a dead process explains its peers' errors (the ranks blocked in a collective with it)
             raise min(failures.values(), key=lambda e: (e.kind == "exception", e.rank))
         return outputs
+
+    def _stuck_error(self, method: str, ranks: list[int], waited: float) -> WorkerError:
+        """The ranks still out at the call's deadline: heartbeat each; name the first that does not answer
+        (its peers are usually waiting for it in a collective), else the lowest, with its Python stack."""
+        actors = self._live_hosts().actors
+        pings = {actors[rank].ping.remote(): rank for rank in ranks}
+        answered, _ = ray.wait(list(pings), num_returns=len(pings), timeout=self.heartbeat_timeout_s)
+        silent = [rank for ref, rank in pings.items() if ref not in answered]
+        rank = min(silent) if silent else min(ranks)
+        node, pid = self._nodes.get(rank), self._pids.get(rank)
+        state = (
+            f"its process does not answer a heartbeat within {self.heartbeat_timeout_s:g} s (stopped, or stuck "
+            "without releasing the GIL)"
+            if silent
+            else "its process still answers, so the call itself does not end"
+        )
+        if len(ranks) > 1:
+            state += f"; ranks still out: {_rank_list(ranks)}, not answering: {_rank_list(silent)}"
+        limit = (
+            f"{self.call_timeout_s:g} s (trainer.worker_timeout_s)" if self.call_timeout_s else "the deadline"
+        )
+        cause = f"no result after {waited:.0f} s, the limit being {limit}; {state}"
+        if node is not None and pid is not None:
+            cause += f". Its Python stack (py-spy dump):\n{_python_stack(node[0], pid)}"
+        where = f"{_short(node[0])} at {node[1]}" if node is not None else None
+        return WorkerError(self.name, rank, method, cause, "hung", pid, where)
 
     def _worker_error(self, rank: int, method: str, error: BaseException, context: str = "") -> WorkerError:
         """Translate whatever a call raised into a WorkerError; the original is kept as ``__cause__``."""
@@ -453,12 +505,14 @@ class RayWorkerGroup(WorkerGroup):
         return [self._nodes[rank] for rank in range(self.world_size)]
 
     def describe_placement(self) -> str:
-        """Which ranks run on which node, e.g. ``ranks 0-1 on node 1a2b3c4d (10.0.0.5)``."""
+        """Which ranks run on which node, in which processes, e.g. ``ranks 0-1 on node 1a2b3c4d (10.0.0.5,
+        pids 4242,4243)``."""
         by_node: dict[tuple[str, str], list[int]] = {}
         for rank, node in sorted(self._nodes.items()):
             by_node.setdefault(node, []).append(rank)
         return ", ".join(
-            f"{_ranks_text(ranks)} on node {_short(node_id)} ({address})"
+            f"{_ranks_text(ranks)} on node {_short(node_id)} ({address}, "
+            f"pid{'s' if len(ranks) > 1 else ''} {','.join(str(self._pids.get(r)) for r in ranks)})"
             for (node_id, address), ranks in by_node.items()
         )
 
@@ -501,6 +555,39 @@ class RayWorkerGroup(WorkerGroup):
 # ---------------------------------------------------------------------------------- helpers
 
 
+@ray.remote(num_cpus=0)
+def _py_spy_dump(pid: int) -> str:
+    """``py-spy dump`` of a process on this node; it reads the memory of a stopped process too."""
+    exe = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not os.path.exists(exe):
+        return "(py-spy is not installed on that node: pip install py-spy, or ray[default])"
+    out = subprocess.run(
+        [exe, "dump", "--nonblocking", "--pid", str(pid)], capture_output=True, text=True, timeout=30
+    )
+    return (out.stdout or out.stderr).strip()
+
+
+def _python_stack(node_id: str, pid: int, timeout: float = 45.0) -> str:
+    """The stack of process ``pid`` on node ``node_id``, read by py-spy run there; the threads running verl's
+    workers (named ``verl-<group>``) when it names them, every thread otherwise."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    try:
+        ref = _py_spy_dump.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
+        ).remote(pid)
+        dump = ray.get(ref, timeout=timeout)
+    except Exception as error:  # the node is gone, or py-spy could not run: say so instead of a stack
+        return f"(could not read it: {describe_error(error)})"
+    blocks: list[list[str]] = [[]]
+    for line in dump.splitlines():
+        if line.startswith("Thread "):
+            blocks.append([])
+        blocks[-1].append(line)
+    ours = ["\n".join(block).strip() for block in blocks[1:] if '"verl-' in block[0]]
+    return "\n".join(ours) if ours else dump
+
+
 def _local_ranks(nodes: dict[int, tuple[str, str]]) -> tuple[dict[int, int], dict[int, int]]:
     """Each rank's index among the ranks on its node (``LOCAL_RANK``), and how many share its node."""
     local: dict[int, int] = {}
@@ -517,11 +604,14 @@ def _short(node_id: str) -> str:
 
 
 def _ranks_text(ranks: list[int]) -> str:
-    if len(ranks) == 1:
-        return f"rank {ranks[0]}"
-    if ranks == list(range(ranks[0], ranks[-1] + 1)):
-        return f"ranks {ranks[0]}-{ranks[-1]}"
-    return "ranks " + ",".join(map(str, ranks))
+    return f"rank{'s' if len(ranks) > 1 else ''} {_rank_list(ranks)}"
+
+
+def _rank_list(ranks: list[int]) -> str:
+    """``0-2`` for a run of ranks, ``0,2,5`` otherwise, ``none`` for none."""
+    if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ",".join(map(str, ranks)) or "none"
 
 
 def _alive_nodes() -> list[dict[str, Any]]:

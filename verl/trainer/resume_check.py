@@ -47,6 +47,7 @@ MAY_CHANGE = (
     "trainer.on_worker_failure",
     "trainer.max_worker_restarts",
     "trainer.worker_state_freq",
+    "trainer.worker_timeout_s",
     "prepare.*",
     "data.val_files",
     "data.val_batch_size",

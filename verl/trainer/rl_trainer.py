@@ -179,6 +179,7 @@ class RLTrainer:
             on_failure=cfg.trainer.on_worker_failure,
             max_restarts=cfg.trainer.max_worker_restarts,
             nnodes=cfg.trainer.nnodes,  # Ray spreads each role's ranks over the nodes
+            timeout_s=cfg.trainer.worker_timeout_s or None,
         )
         # One GPU per data-parallel rank of the trained roles (Ray places them); reward runs on CPU.
         wants_gpu = cfg.trainer.device == "cuda" or (

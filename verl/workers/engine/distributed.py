@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -29,8 +30,17 @@ def init_distributed(backend: str | None = None) -> bool:
     """
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        dist.init_process_group(backend or process_group_backend(device), init_method="env://")
+        dist.init_process_group(
+            backend or process_group_backend(device), init_method="env://", timeout=collective_timeout()
+        )
     return is_distributed()
+
+
+def collective_timeout() -> timedelta:
+    """How long a collective waits for its peers before it raises (gloo and nccl alike):
+    ``VERL_COLLECTIVE_TIMEOUT_S``, which a Ray worker group sets to its call deadline
+    (``trainer.worker_timeout_s``); torch's default of 30 minutes otherwise."""
+    return timedelta(seconds=float(os.environ.get("VERL_COLLECTIVE_TIMEOUT_S", 1800)))
 
 
 def process_group_backend(device: torch.device) -> str:
