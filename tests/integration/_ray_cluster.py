@@ -57,7 +57,11 @@ class LocalRayCluster:
         command = [
             sys.executable, "-m", "ray.scripts.scripts", "start", "--node-ip-address=127.0.0.1",
             f"--num-cpus={self.cpus_per_node}", f"--resources={json.dumps({f'verl_{name}': 1})}",
-            f"--temp-dir={self.temp_dir}", "--object-store-memory=300000000", "--disable-usage-stats", *args,
+            f"--temp-dir={self.temp_dir}", "--object-store-memory=300000000", "--disable-usage-stats",
+            # ports of their own: Ray's fixed defaults (52365 for the job agent...) may be held by another Ray
+            # instance on this machine, and then the node runs without the agent that runs jobs
+            f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}",
+            f"--metrics-export-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}", *args,
         ]  # fmt: skip
         env = self.env()
         env.pop("RAY_ADDRESS")
