@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HEALTH_CHECK = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
 """Ray declares a silent node dead after failure_threshold x period (defaults 5 x 3 s); shorter here so a
@@ -118,9 +119,9 @@ class LocalRayCluster:
             except ProcessLookupError:
                 pass
 
-    def nodes(self) -> list[dict]:
-        """``ray.nodes()`` as seen by a client of the cluster."""
-        code = "import json, ray; ray.init(logging_level='ERROR'); print(json.dumps(ray.nodes()))"
+    def client_json(self, expression: str, imports: str = "") -> Any:
+        """``expression`` evaluated by a client of the cluster (a process of its own), as JSON."""
+        code = f"import json, ray; {imports}ray.init(logging_level='ERROR'); print(json.dumps({expression}))"
         out = subprocess.run(
             [sys.executable, "-c", code],
             env=self.env(),
@@ -130,6 +131,10 @@ class LocalRayCluster:
             check=True,
         )
         return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def nodes(self) -> list[dict]:
+        """``ray.nodes()`` as seen by a client of the cluster."""
+        return self.client_json("ray.nodes()")
 
     def node_id(self, name: str) -> str:
         """The id of the alive node that holds resource ``verl_<name>``."""

@@ -90,20 +90,8 @@ def _placement(output: str, role: str) -> dict[int, str]:
 
 def _host_nodes(cluster: LocalRayCluster) -> set[str]:
     """The nodes Ray's state API says verl's worker processes ran on (alive or finished)."""
-    code = (
-        "import json, ray; from ray.util.state import list_actors; ray.init(logging_level='ERROR'); "
-        "print(json.dumps([a.node_id for a in list_actors(filters=[('class_name', '=', '_WorkerHost')], "
-        "limit=1000, detail=True)]))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env=cluster.env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+    hosts = "[a.node_id for a in list_actors(filters=[('class_name', '=', '_WorkerHost')], limit=1000, detail=True)]"
+    return set(cluster.client_json(hosts, imports="from ray.util.state import list_actors; "))
 
 
 def test_job_submit_spreads_the_ranks_over_both_nodes_and_learns(cluster, job_args, tmp_path):
