@@ -299,11 +299,17 @@ def _spin_a_little() -> None:
     time.sleep(0.01)
 
 
-def test_a_stopped_rank_is_named_with_its_node_its_silence_and_its_stack():
-    """SIGSTOP one rank mid-call: the call fails at its deadline, not never, naming that rank (its peer,
-    still running, answers the heartbeat) with the Python stack py-spy reads from the stopped process."""
+@pytest.mark.parametrize("found_by", ["deadline", "heartbeat"])
+def test_a_stopped_rank_is_named_with_its_node_its_silence_and_its_stack(found_by):
+    """SIGSTOP one rank mid-call: the call fails, not never, naming that rank (its peer, still running,
+    answers the heartbeat) with the Python stack py-spy reads from the stopped process; found at the call's
+    deadline, or by the heartbeats long before it."""
     group = RayWorkerGroup(Spinner, world_size=2, name="spinner")
-    group.call_timeout_s = 6  # from here on: starting the processes may take longer on a busy machine
+    # set from here on: starting the processes may take longer on a busy machine
+    if found_by == "deadline":
+        group.call_timeout_s = 6
+    else:
+        group.call_timeout_s, group.heartbeat_timeout_s = 600, 6
     stopped = group.pids()[1]
     try:
         with ThreadPoolExecutor(1) as pool:
@@ -320,8 +326,13 @@ def test_a_stopped_rank_is_named_with_its_node_its_silence_and_its_stack():
         assert (
             f"role 'spinner' rank 1 (pid {stopped}, node {error.node}) stopped responding in spin" in message
         )
-        assert "the limit being 6 s (trainer.worker_timeout_s)" in message
-        assert "does not answer a heartbeat" in message and "not answering: 1" in message
+        if found_by == "deadline":
+            assert "the limit being 6 s (trainer.worker_timeout_s)" in message
+            assert "does not answer a heartbeat" in message
+        else:
+            assert "answered no heartbeat for 6 s (trainer.heartbeat_timeout_s)" in message
+            assert "trainer.worker_timeout_s" not in message
+        assert "ranks still out: 0,1, not answering: 1" in message
         stack = message.split("Its Python stack (py-spy dump):\n", 1)[1]
         assert stack.startswith("Thread ") and '"verl-spinner_0"' in stack.splitlines()[0], (
             stack

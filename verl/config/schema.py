@@ -486,6 +486,11 @@ class TrainerSection:
     stopped process, a deadlock) fails the call, named with its role, rank, node, whether it answers a
     heartbeat and its Python stack (py-spy); the workers' gloo / nccl collectives time out after as long.
     null or 0 = no deadline"""
+    heartbeat_timeout_s: Optional[float] = 300
+    """with trainer.backend=ray: while a call runs, each rank still out is pinged every 10 s; one whose
+    process answers no ping for this long (stopped, swapped out, stuck in native code holding the GIL) fails
+    the call at once, named like a rank past worker_timeout_s, without waiting for that deadline. A slow
+    call still answers. null or 0 = only the deadline"""
     worker_state_freq: int = 1
     """with on_worker_failure=restart: copy the actor/critic state (weights, optimizer) to the driver every
     this many steps, so a restarted worker resumes from it; 0 = never (a restarted trained role then fails)"""

@@ -632,6 +632,7 @@ def _trainer_errors(errors: list[str], cfg: DictConfig) -> None:
     _at_least(errors, "trainer.max_worker_restarts", trainer.max_worker_restarts, 0)
     _at_least(errors, "trainer.worker_state_freq", trainer.worker_state_freq, 0)
     _at_least(errors, "trainer.worker_timeout_s", trainer.worker_timeout_s, 0, null="no deadline")
+    _at_least(errors, "trainer.heartbeat_timeout_s", trainer.heartbeat_timeout_s, 0, null="deadline only")
     _seed(errors, "prepare.seed", cfg.prepare.seed, null="trainer.seed")
     workers = trainer.nnodes * trainer.n_gpus_per_node
     if trainer.backend == "local" and (workers > 1 or cfg.reward_model.num_workers > 1):

@@ -57,7 +57,8 @@ class Role:
     ``num_cpus_per_worker`` / ``num_gpus_per_worker`` are the Ray resources each rank reserves;
     ``nnodes`` spreads the ranks over that many Ray nodes (a role colocated with another goes where its
     processes are). ``timeout_s`` is the Ray backend's deadline for each call: a rank without a result by
-    then fails the call as hung, named with its Python stack.
+    then fails the call as hung, named with its Python stack; so does a rank whose process answers no
+    heartbeat for ``heartbeat_timeout_s``, as soon as that is seen.
     ``on_failure`` is ``"fail"`` or ``"restart"`` (rebuild the workers, restore their saved state,
     retry the step, at most ``max_restarts`` times over the run).
     """
@@ -72,6 +73,7 @@ class Role:
     num_gpus_per_worker: float = 0.0
     nnodes: int = 1
     timeout_s: float | None = None
+    heartbeat_timeout_s: float | None = None
     on_failure: str = "fail"
     max_restarts: int = 3
 
@@ -156,6 +158,7 @@ class Controller:
             colocate_with=colocate,
             nnodes=role.nnodes,
             call_timeout_s=role.timeout_s,
+            heartbeat_timeout_s=role.heartbeat_timeout_s,
         )
 
     def group(self, role: str) -> WorkerGroup:

@@ -48,6 +48,7 @@ MAY_CHANGE = (
     "trainer.max_worker_restarts",
     "trainer.worker_state_freq",
     "trainer.worker_timeout_s",
+    "trainer.heartbeat_timeout_s",
     "prepare.*",
     "data.val_files",
     "data.val_batch_size",

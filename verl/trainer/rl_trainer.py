@@ -180,6 +180,7 @@ class RLTrainer:
             max_restarts=cfg.trainer.max_worker_restarts,
             nnodes=cfg.trainer.nnodes,  # Ray spreads each role's ranks over the nodes
             timeout_s=cfg.trainer.worker_timeout_s or None,
+            heartbeat_timeout_s=cfg.trainer.heartbeat_timeout_s or None,
         )
         # One GPU per data-parallel rank of the trained roles (Ray places them); reward runs on CPU.
         wants_gpu = cfg.trainer.device == "cuda" or (
