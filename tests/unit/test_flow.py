@@ -289,3 +289,30 @@ def test_a_background_step_outlives_its_dag_block_and_keeps_the_role_order():
             assert ahead.get() == "ahead"
         assert after.get() == "after" and log == ["ahead", "after"]
         assert controller.seconds(ahead) >= 0.3
+
+
+def test_finished_steps_do_not_keep_earlier_steps_alive():
+    """A finished node forgets the nodes it waited for: otherwise each role's last node chains back through
+    every step of the run, with their output values, and the driver's memory grows every RL step."""
+    import gc
+    import weakref
+
+    class Payload:
+        pass
+
+    class Consumer:
+        def act(self, tag: object) -> None:
+            return None
+
+    with Controller() as controller:
+        controller.register_role(Role("a", worker_class=Consumer))
+        old: list[weakref.ref] = []
+        for step in range(5):
+            with controller.dag(f"step {step}"):
+                made = controller.driver(lambda: Payload(), name="make")
+                controller.step(role="a", method="act", inputs={"tag": made})
+                controller.step(role="a", method="act", inputs={"tag": "second"})
+            old.append(weakref.ref(made.get()))
+            del made
+        gc.collect()
+        assert [ref() is None for ref in old[:-1]] == [True] * 4  # only the last step's value may remain

@@ -392,6 +392,10 @@ class Controller:
                     ready.append(dependent)
             node.dependents = []
             node.inputs = {}  # let big batches go once consumed
+            # ... and the steps it waited for: deps is only read when the node is declared, and kept, it
+            # chains every node of the run (each role's last node -> its predecessor -> ...) with their
+            # output channels' values, so the driver's memory grew every step.
+            node.deps = set()
         for dependent in ready:
             self._submit(dependent)
 
