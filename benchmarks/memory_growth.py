@@ -1,15 +1,18 @@
-"""Does a long run stay healthy? Resident memory of `verl run` sampled every 50 steps.
+"""Does a long run stay healthy? Resident memory of `verl run` sampled as it trains.
 
-    python benchmarks/memory_growth.py [steps] [extra key=value overrides...]
+    python benchmarks/memory_growth.py [--steps 2000] [--warmup 500] [--every 50] [--out rss.json] [key=value ...]
 
-Runs the default recipe (in this process) for ``steps`` RL steps (default 500) and prints the
-resident set size (RSS, from /proc/self/status) after every 50th step, and the growth after the
-warm-up (from step 100 to the end). Validation runs only once, after the last sample.
+Runs the default recipe (in this process) for ``--steps`` RL steps and prints the resident set size (RSS,
+from /proc/self/status) after every ``--every``-th step, then the growth from the end of the warm-up
+(``--warmup``: the step from which RSS should stay flat) to the last step, with the slope in MB per step.
+Validation runs only once, after the last sample. ``--out`` writes the samples and the summary as JSON.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
+import json
+import platform
 
 from verl.config import load_config
 from verl.trainer.prepare import prepare_inputs
@@ -24,7 +27,8 @@ def rss_mb() -> float:
     raise RuntimeError("no VmRSS in /proc/self/status")
 
 
-def main(steps: int, extra: list[str]) -> None:
+def run(steps: int, every: int, overrides: list[str]) -> dict[int, float]:
+    """``{step: RSS in MB}`` sampled every ``every`` steps of a ``steps``-step default run (step 0: before)."""
     config = load_config(
         None,
         [
@@ -34,17 +38,16 @@ def main(steps: int, extra: list[str]) -> None:
             "trainer.logger=[jsonl]",
             "trainer.default_local_dir=outputs/memory_growth",
             "trainer.resume_mode=disable",
-            *extra,
+            *overrides,
         ],
     )
-    config = prepare_inputs(config)
-    trainer = RLTrainer(config)
+    trainer = RLTrainer(prepare_inputs(config))
     samples: dict[int, float] = {0: rss_mb()}
     train_step = trainer.train_step
 
     def step_and_sample(*args, **kwargs):
         metrics = train_step(*args, **kwargs)
-        if trainer.global_steps % 50 == 0:
+        if trainer.global_steps % every == 0:
             samples[trainer.global_steps] = rss_mb()
             print(f"step {trainer.global_steps:4d}: RSS {samples[trainer.global_steps]:.0f} MB", flush=True)
         return metrics
@@ -54,12 +57,40 @@ def main(steps: int, extra: list[str]) -> None:
         trainer.fit()
     finally:
         trainer.shutdown()
-    warm = samples.get(100, samples[min(k for k in samples if k > 0)])
-    last = samples[max(samples)]
-    print(
-        f"RSS after warm-up (step 100) {warm:.0f} MB, at step {max(samples)} {last:.0f} MB: {100 * (last / warm - 1):+.1f}%"
+    return samples
+
+
+def summary(samples: dict[int, float], warmup: int) -> dict[str, float]:
+    """RSS at the warm-up's end and at the last sample, the growth between them in % and in MB per step."""
+    start = min((step for step in samples if step >= warmup), default=max(samples))
+    last = max(samples)
+    growth = samples[last] / samples[start] - 1
+    slope = (samples[last] - samples[start]) / max(last - start, 1)
+    return {"from_step": start, "to_step": last, "rss_from_mb": samples[start], "rss_to_mb": samples[last],
+            "growth_pct": 100 * growth, "mb_per_step": slope}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--warmup", type=int, default=500)
+    parser.add_argument("--every", type=int, default=50)
+    parser.add_argument("--out", help="write the samples and the summary here (JSON)")
+    args, overrides = parser.parse_known_args()
+    samples = run(args.steps, args.every, overrides)
+    result = summary(samples, args.warmup)
+    print(
+        f"RSS at step {result['from_step']} {result['rss_from_mb']:.0f} MB, at step {result['to_step']} "
+        f"{result['rss_to_mb']:.0f} MB: {result['growth_pct']:+.1f}% ({result['mb_per_step']:+.3f} MB/step)"
+    )
+    if args.out:
+        record = {"overrides": overrides, "machine": platform.processor() or platform.machine(),
+                  "rss_mb": samples, "summary": result}  # fmt: skip
+        with open(args.out, "w") as f:
+            json.dump(record, f, indent=1)
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 500, sys.argv[2:])
+    main()
