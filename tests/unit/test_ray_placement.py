@@ -1,4 +1,4 @@
-"""The pure parts of spreading a worker group over Ray nodes: local ranks, how placements read."""
+"""The pure parts of a Ray worker group: local ranks, how placements read, the heartbeats' bookkeeping."""
 
 from __future__ import annotations
 
@@ -27,3 +27,45 @@ def test_one_node_gives_local_rank_equal_to_rank():
 )
 def test_ranks_read_as_a_range_when_contiguous(ranks, text):
     assert ranks_text(ranks) == text
+
+
+# ---------------------------------------------------------------- the heartbeats' bookkeeping
+
+
+class _Ping:
+    def __init__(self, rank: int, answers: set[int]) -> None:
+        self.rank, self.answers = rank, answers
+
+
+class _Actor:
+    def __init__(self, rank: int, answers: set[int]) -> None:
+        self.ping = type("Method", (), {"remote": lambda _self: _Ping(rank, answers)})()
+
+
+def test_a_rank_is_silent_only_once_up_and_after_a_ping_unanswered_for_the_timeout(monkeypatch):
+    from verl.single_controller import ray_watchdog
+
+    answers: set[int] = {0, 1, 2}  # the ranks whose processes answer pings right now
+    monkeypatch.setattr(
+        ray_watchdog.ray,
+        "wait",
+        lambda refs, num_returns, timeout: ([r for r in refs if r.rank in r.answers], []),
+    )
+    clock = [100.0]
+    monkeypatch.setattr(ray_watchdog.time, "monotonic", lambda: clock[0])
+    beats = ray_watchdog.Heartbeats([_Actor(r, answers) for r in range(4)], timeout_s=30, started=[0, 1])
+    assert beats.interval_s == 10 and beats.next_due == 110
+    assert beats.beat([0, 1, 2, 3]) == []  # pings out to all four
+    answers.discard(1)  # rank 1 stops before answering that ping; rank 3 never answers (still starting)
+    answers.discard(3)
+    clock[0] = 110
+    assert beats.beat([0, 1, 2, 3]) == []  # ranks 0 and 2 answered and get new pings; rank 1's is 10 s old
+    clock[0] = 129.5
+    assert beats.beat([0, 1, 2, 3]) == []
+    clock[0] = 130
+    assert beats.beat([0, 1, 2, 3]) == [
+        1
+    ]  # 30 s unanswered: silent; rank 3, never up, is left to the deadline
+    clock[0] = 400
+    assert beats.beat([0, 2]) == [1]  # one ping in flight per rank: rank 1 got no second one
+    assert sum(1 for rank, _ in beats._in_flight.values() if rank == 1) == 1
