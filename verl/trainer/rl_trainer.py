@@ -52,6 +52,7 @@ from verl.trainer.run_dir import VALIDATION_DIR, RunDirectory, RunPlan, write_ru
 from verl.trainer.seed_api import apply_seed_arguments
 from verl.trainer.step import StepFn, rl_step
 from verl.utils.checkpoint import rng_state, set_rng_state
+from verl.utils.heap import TRIM_EVERY_STEPS, release_free_heap
 from verl.utils.precision import actor_compute_line
 from verl.utils.seeding import set_seed
 from verl.utils.threads import configure_torch_threads, threads_for_run
@@ -361,6 +362,8 @@ class RLTrainer:
                 self.save_worker_states()
             tracking.log(metrics, step)
             self.checkpointer.commit()  # after the metrics: a finished checkpoint's step has its metrics line
+            if step % TRIM_EVERY_STEPS == 0:
+                release_free_heap()  # the pages freed tensors leave in glibc's heap, or RSS creeps up
         return {
             "val_after": val_metrics,
             "train_seconds": time.perf_counter() - start,
