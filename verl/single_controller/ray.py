@@ -375,7 +375,7 @@ class RayWorkerGroup(WorkerGroup):
         with _BUILD_LOCK:
             hosts = self._live_hosts()
             hosts.kill()
-            hosts.start(onalive_nodes=True)
+            hosts.start(on_alive_nodes=True)
             failures = []
             for group in list(hosts.groups):  # one group failing to build must not strand the others
                 try:
