@@ -22,7 +22,7 @@ import ray
 
 from verl.single_controller.errors import describe_error
 
-__all__ = ["Heartbeats", "python_stack"]
+__all__ = ["Heartbeats", "python_stack", "silent_ranks"]
 
 
 class Heartbeats:
