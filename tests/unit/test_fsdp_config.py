@@ -111,3 +111,15 @@ def test_lockstep_is_plain_micro_batching_for_one_rank() -> None:
     data = _rows(4)
     micros, order, real = lockstep_micro_batches(data, 2, None, lockstep=True)
     assert real == len(micros) == 2 and order is None
+
+
+def test_the_ray_watchdog_keys_are_said_to_do_nothing_in_process() -> None:
+    local = backend_notices(load_config("grpo", ["trainer.heartbeat_timeout_s=60"]))
+    assert [line for line in local if "timeout_s" in line] == [
+        "trainer.heartbeat_timeout_s=60.0 has no effect with trainer.backend=local (the workers run in this "
+        "process's threads, which nothing can stop from outside; it bounds the calls to worker processes with "
+        "trainer.backend=ray)"
+    ]
+    assert not any("timeout_s" in line for line in backend_notices(load_config("grpo", [])))  # the defaults
+    on_ray = load_config("grpo", ["trainer.backend=ray", "trainer.worker_timeout_s=60"])
+    assert not any("timeout_s" in line for line in backend_notices(on_ray))

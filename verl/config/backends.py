@@ -19,6 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from verl.config.errors import as_written, short_repr
+from verl.config.schema import TrainerSection
 from verl.config.schema_workers import FSDPConfig
 
 BUILT_ROLLOUTS = ("fast", "vllm", "sglang", "hf", "dummy")
@@ -331,6 +332,23 @@ def _checkpoint_notices(cfg: DictConfig) -> list[str]:
     return lines
 
 
+RAY_WATCHDOG_KEYS = ("worker_timeout_s", "heartbeat_timeout_s")
+"""trainer keys only the Ray backend reads: the deadline of a call to a worker process, and its heartbeats"""
+
+
+def _watchdog_notices(cfg: DictConfig) -> list[str]:
+    if cfg.trainer.backend == "ray":
+        return []
+    default = OmegaConf.structured(TrainerSection)
+    return [
+        f"trainer.{key}={as_written(cfg.trainer[key])} has no effect with trainer.backend={cfg.trainer.backend} "
+        "(the workers run in this process's threads, which nothing can stop from outside; it bounds the calls "
+        "to worker processes with trainer.backend=ray)"
+        for key in RAY_WATCHDOG_KEYS
+        if cfg.trainer[key] != default[key]
+    ]
+
+
 def backend_notices(cfg: DictConfig) -> list[str]:
     """Keys of a TrainerConfig set to a value that only another backend reads: accepted, and reported."""
     return (
@@ -338,6 +356,7 @@ def backend_notices(cfg: DictConfig) -> list[str]:
         + ([SGLANG_UNTESTED] if cfg.actor_rollout_ref.rollout.name == "sglang" else [])
         + _fsdp_notices(cfg)
         + _checkpoint_notices(cfg)
+        + _watchdog_notices(cfg)
     )
 
 
