@@ -61,13 +61,22 @@ def run(steps: int, every: int, overrides: list[str]) -> dict[int, float]:
 
 
 def summary(samples: dict[int, float], warmup: int) -> dict[str, float]:
-    """RSS at the warm-up's end and at the last sample, the growth between them in % and in MB per step."""
+    """RSS at the warm-up's end and at the last sample, the growth between them in % and in MB per step, and
+    the same growth from the least-squares line through every sample from the warm-up on (single samples
+    move by 10-20 MB either way): its slope, and slope x steps over the samples' mean RSS in %."""
     start = min((step for step in samples if step >= warmup), default=max(samples))
     last = max(samples)
-    growth = samples[last] / samples[start] - 1
-    slope = (samples[last] - samples[start]) / max(last - start, 1)
+    steps = [step for step in samples if step >= start]
+    mean_step = sum(steps) / len(steps)
+    mean_rss = sum(samples[step] for step in steps) / len(steps)
+    spread = sum((step - mean_step) ** 2 for step in steps)
+    fitted = (
+        sum((step - mean_step) * (samples[step] - mean_rss) for step in steps) / spread if spread else 0.0
+    )
     return {"from_step": start, "to_step": last, "rss_from_mb": samples[start], "rss_to_mb": samples[last],
-            "growth_pct": 100 * growth, "mb_per_step": slope}  # fmt: skip
+            "growth_pct": 100 * (samples[last] / samples[start] - 1),
+            "mb_per_step": (samples[last] - samples[start]) / max(last - start, 1),
+            "fitted_mb_per_step": fitted, "fitted_growth_pct": 100 * fitted * (last - start) / mean_rss}  # fmt: skip
 
 
 def main() -> None:
@@ -83,7 +92,8 @@ def main() -> None:
     result = summary(samples, args.warmup)
     print(
         f"RSS at step {result['from_step']} {result['rss_from_mb']:.0f} MB, at step {result['to_step']} "
-        f"{result['rss_to_mb']:.0f} MB: {result['growth_pct']:+.1f}% ({result['mb_per_step']:+.3f} MB/step)"
+        f"{result['rss_to_mb']:.0f} MB: {result['growth_pct']:+.1f}% ({result['mb_per_step']:+.3f} MB/step); "
+        f"fitted {result['fitted_growth_pct']:+.1f}% ({result['fitted_mb_per_step']:+.3f} MB/step)"
     )
     if args.out:
         record = {"overrides": overrides, "machine": platform.processor() or platform.machine(),

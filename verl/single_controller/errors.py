@@ -12,7 +12,7 @@ class WorkerError(RuntimeError):
 
     ``kind`` says how: ``"exception"`` (the method raised), ``"died"`` (the worker's process is gone:
     killed, crashed), ``"oom"`` (killed for using too much memory) or ``"hung"`` (no result within the
-    group's call deadline). ``cause`` is a one-line
+    group's call deadline, or its process stopped answering heartbeats). ``cause`` is a one-line
     description of the underlying error; the original exception, when there is one, is ``__cause__``.
     ``node`` says where the worker ran on a Ray cluster (its node's short id and address).
     """

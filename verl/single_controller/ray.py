@@ -39,6 +39,7 @@ from verl.single_controller.ray_placement import (
     Hosts,
     local_ranks,
     node_alive,
+    node_text,
     rank_list,
     ranks_text,
     short_id,
@@ -139,9 +140,7 @@ class RayWorkerGroup(WorkerGroup):
         self.call_timeout_s = call_timeout_s
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self._env = {str(k): str(v) for k, v in (env or {}).items()}
-        if (
-            call_timeout_s
-        ):  # a collective waits no longer than a call may take (verl/workers/engine/distributed.py)
+        if call_timeout_s:  # a collective waits no longer than a call (verl/workers/engine/distributed.py)
             self._env.setdefault("VERL_COLLECTIVE_TIMEOUT_S", str(call_timeout_s))
         self._pids: dict[int, int] = {}
         self._nodes: dict[int, tuple[str, str]] = {}
@@ -276,19 +275,15 @@ class RayWorkerGroup(WorkerGroup):
                     if grace_deadline is None:
                         grace_deadline = time.monotonic() + self.failure_grace_s
                 continue
+            if failures:
+                break  # the grace period (or the call's deadline) is over: the failure explains the ranks still out
             now = time.monotonic()
-            if failures and grace_deadline is not None and now >= grace_deadline:
-                break  # the failure explains the ranks still out
-            if call_deadline is not None and now >= call_deadline:
-                hung = self._hung_error(method, sorted(pending.values()), now - started)
+            past_deadline = call_deadline is not None and now >= call_deadline
+            silent = heartbeats.beat(pending.values()) if heartbeats and not past_deadline else []
+            if past_deadline or silent:
+                hung = self._hung_error(method, sorted(pending.values()), now - started, silent)
                 failures[hung.rank] = hung
                 break
-            if heartbeats is not None and not failures:
-                silent = heartbeats.beat(pending.values())
-                if silent:
-                    hung = self._hung_error(method, sorted(pending.values()), now - started, silent)
-                    failures[hung.rank] = hung
-                    break
         _cancel(pending)
         if failures:
             # a dead process explains its peers' errors (the ranks blocked in a collective with it)
@@ -327,7 +322,7 @@ class RayWorkerGroup(WorkerGroup):
         node, pid = self._nodes.get(rank), self._pids.get(rank)
         if node is not None and pid is not None:
             cause += f". Its Python stack (py-spy dump):\n{python_stack(node[0], pid)}"
-        where = f"{short_id(node[0])} at {node[1]}" if node is not None else None
+        where = node_text(node) if node is not None else None
         return WorkerError(self.name, rank, method, cause, "hung", pid, where)
 
     def _worker_error(self, rank: int, method: str, error: BaseException, context: str = "") -> WorkerError:
@@ -336,7 +331,7 @@ class RayWorkerGroup(WorkerGroup):
         node = self._nodes.get(rank)
         if kind == "died" and node is not None and not node_alive(node[0]):
             cause += f"; {_node_loss(node)}"
-        where = f"{short_id(node[0])} at {node[1]}" if node is not None else None
+        where = node_text(node) if node is not None else None
         worker_error = WorkerError(
             self.name, rank, method, context + cause, kind, self._pids.get(rank), where
         )
@@ -411,9 +406,7 @@ def _node_loss(node: tuple[str, str]) -> str:
         ranks = [rank for rank, where in sorted(group._nodes.items()) if where[0] == node[0]]
         if ranks:
             lost.append(f"{group.name} {ranks_text(ranks)}")
-    return f"node {short_id(node[0])} at {node[1]} left the cluster, taking " + (
-        ", ".join(lost) or "no other ranks"
-    )
+    return f"node {node_text(node)} left the cluster, taking " + (", ".join(lost) or "no other ranks")
 
 
 def _cancel(refs: Any) -> None:

@@ -131,6 +131,11 @@ def short_id(node_id: str) -> str:
     return node_id[:8]
 
 
+def node_text(node: tuple[str, str]) -> str:
+    """``1a2b3c4d at 10.0.0.5`` for a ``(node id, address)`` pair, as errors name a rank's node."""
+    return f"{short_id(node[0])} at {node[1]}"
+
+
 def ranks_text(ranks: list[int]) -> str:
     return f"rank{'s' if len(ranks) > 1 else ''} {rank_list(ranks)}"
 
