@@ -72,9 +72,14 @@ def job_args(tiny_model_dir, arithmetic_files, tmp_path_factory) -> list[str]:
     ]
 
 
-def _scores(run_dir: Path) -> list[float]:
+def _trained(run_dir: Path) -> list[dict]:
+    """The metrics lines of the training steps (those with a score), in the order they were logged."""
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [r["critic/score/mean"] for r in records if "critic/score/mean" in r]
+    return [r for r in records if "critic/score/mean" in r]
+
+
+def _scores(run_dir: Path) -> list[float]:
+    return [r["critic/score/mean"] for r in _trained(run_dir)]
 
 
 def _placement(output: str, role: str) -> dict[int, str]:
@@ -207,8 +212,7 @@ def test_losing_the_worker_node_with_fail_names_what_was_lost_and_the_rerun_resu
     assert sorted(set(_placement(rerun.output, "actor_rollout").values())) == sorted(
         {cluster.node_id("head")[:8], cluster.node_id("worker")[:8]}
     )  # on both nodes again
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records if "critic/score/mean" in r][-2:] == [latest + 1, latest + 2]
+    assert [r["step"] for r in _trained(tmp_path / "run")][-2:] == [latest + 1, latest + 2]
 
 
 def test_too_few_nodes_is_refused_with_what_the_cluster_has(cluster):
