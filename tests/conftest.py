@@ -10,6 +10,17 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist the longest work goes out first, so no worker is left with a long test at the end:
+    the grouped tests (run in turn in one worker), then the slow ones, in collection order otherwise."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(
+            key=lambda item: (
+                0 if item.get_closest_marker("xdist_group") else 1 if item.get_closest_marker("slow") else 2
+            )
+        )
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     from verl.models import make_tiny_model

@@ -42,6 +42,7 @@ def controller():
         yield ctl
 
 
+@pytest.mark.serial
 def test_independent_steps_on_ray_workers_overlap(controller):
     # warm up: the first call on a fresh Ray actor pays for imports
     controller.step(role="critic", method="score", inputs={"responses": ["x"]}, outputs=["scores"]).wait()

@@ -67,9 +67,10 @@ def test_sigkill_then_resume_matches_an_uninterrupted_fsdp2_run(
 def test_two_fsdp2_ranks_on_ray_resume_exactly_and_their_checkpoint_loads_on_one_rank(
     tiny_model_dir, arithmetic_files, tmp_path, reward
 ):
-    """PPO with a critic (GAE) on 2 Ray workers, FSDP2 by default: a run stopped after step 2 and resumed
-    logs what an uninterrupted run logs; its step-2 checkpoint then resumes on 1 rank, with FSDP2 and with
-    dp alike, and its weights and optimizer state arrive whole."""
+    """PPO with a critic (GAE) on 2 Ray workers, FSDP2 by default: a new run resumed from the step-2
+    checkpoint of an uninterrupted run logs the step 3 that run logged; the same checkpoint resumes on 1
+    rank, with FSDP2 and with dp alike, and its weights and optimizer state arrive whole. (Stopping and
+    resuming in place is test_sigkill_then_resume_matches_an_uninterrupted_fsdp2_run's.)"""
 
     def run(out, steps, *extra):
         args = overrides(
@@ -88,11 +89,10 @@ def test_two_fsdp2_ranks_on_ray_resume_exactly_and_their_checkpoint_loads_on_one
         return stderr
 
     run(tmp_path / "whole", 3, *RAY_TWO_RANKS)
-    run(tmp_path / "stopped", 2, *RAY_TWO_RANKS)
-    assert "resumed from" in run(tmp_path / "stopped", 3, *RAY_TWO_RANKS)
-    # (the stopped run validated at its last step, step 2, as every run does at its end)
-    assert without_validation(tmp_path / "stopped") == without_validation(tmp_path / "whole")
-    checkpoint = tmp_path / "stopped" / "global_step_2"
+    checkpoint = tmp_path / "whole" / "global_step_2"  # (trainer.save_freq=1)
+    stderr = run(tmp_path / "resumed", 3, *RAY_TWO_RANKS, f"trainer.resume_mode={checkpoint}")
+    assert f"resumed from {checkpoint}" in stderr
+    assert without_validation(tmp_path / "resumed")[3] == without_validation(tmp_path / "whole")[3]
     for role in ("actor", "critic"):
         shards = sorted(p.name for p in (checkpoint / role / SHARDED_DIR).glob("*.distcp"))
         assert shards == ["__0_0.distcp", "__1_0.distcp"], role

@@ -22,7 +22,8 @@ pytest.importorskip("ray")
 from tests.integration._ray_cluster import LocalRayCluster  # noqa: E402
 from verl.utils.checkpoint import LATEST  # noqa: E402
 
-pytestmark = pytest.mark.slow
+# One cluster for the module: under pytest-xdist (-n 2 --dist loadgroup) its tests run in one process, in turn.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray-cluster")]
 
 EVEN_DIGITS = '''
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):

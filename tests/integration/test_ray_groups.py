@@ -299,6 +299,7 @@ def _spin_a_little() -> None:
     time.sleep(0.01)
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("found_by", ["deadline", "heartbeat"])
 def test_a_stopped_rank_is_named_with_its_node_its_silence_and_its_stack(found_by):
     """SIGSTOP one rank mid-call: the call fails, not never, naming that rank (its peer, still running,

@@ -57,6 +57,7 @@ def seed_controller(seconds: float = 1.0) -> Controller:
     return controller
 
 
+@pytest.mark.serial
 def test_seed_example_runs_and_independent_steps_overlap():
     controller = seed_controller(seconds=1.0)
     start = time.perf_counter()
@@ -271,6 +272,7 @@ def test_call_and_driver_shorthands_time_each_step_by_its_name():
         assert single.get() == 2  # one output: the channel holds the whole result
 
 
+@pytest.mark.serial
 def test_a_background_step_outlives_its_dag_block_and_keeps_the_role_order():
     """What asynchronous training builds on: step N's block ends while its background generation runs on,
     the next block reads it, and a later call on the same role still waits for it."""

@@ -50,7 +50,7 @@ def overrides(draw) -> str:
 DOTTED = re.compile(r"[A-Za-z_][\w\-]*(\.[\w\-]+)+")
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(overrides(), min_size=1, max_size=4))
 def test_fuzzed_command_lines_resolve_or_name_the_problem(argv: list[str]) -> None:
     from verl.trainer.main_ppo import main
