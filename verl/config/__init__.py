@@ -14,7 +14,8 @@ from verl.config.loader import (
 from verl.config.schema import TrainerConfig
 from verl.config.sft_schema import SFTConfig
 from verl.config.sizes import DerivedSizes, derive_sizes
-from verl.config.validation import as_file_list, validate
+from verl.config.validation import validate
+from verl.config.value_rules import as_file_list
 
 __all__ = [
     "ConfigError",

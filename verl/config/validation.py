@@ -2,18 +2,14 @@
 the selected backend would ignore (``backends.py``).
 
 Every problem is collected and reported in one :class:`ConfigError`, each naming the full key, its value and
-what is allowed. The numeric rules are grouped by section below (``_data_errors``, ``_actor_errors``, ...).
+what is allowed. The numeric rules are grouped by section below (``_data_errors``, ``_actor_errors``, ...),
+written with the checks of ``value_rules.py``; the asynchronous modes' rules are ``validation_async.py``.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import sys
-from collections.abc import Iterable
-from difflib import get_close_matches
-from numbers import Real
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -23,8 +19,17 @@ from verl.config.errors import ConfigError, short_repr
 from verl.config.reward_fns import term_config_problems
 from verl.config.schema import TrainerConfig
 from verl.config.sizes import TOKEN_BUDGET_KEYS, derive_sizes, token_budgets
+from verl.config.validation_async import async_errors
+from verl.config.value_rules import (
+    check_at_least,
+    check_choice,
+    check_files,
+    check_in_range,
+    check_off_or_at_least,
+    check_seed,
+    check_torch_threads,
+)
 from verl.tools.config import TOOLS_DIR, tool_config_file
-from verl.utils.threads import AUTO
 from verl.utils.trackers import BUILT as BUILT_TRACKERS
 from verl.utils.trackers import missing_packages
 
@@ -41,21 +46,8 @@ GROUP_ESTIMATORS = ("grpo", "grpo_passk", "rloo", "opo", "gpg", "reinforce_plus_
 they need ``rollout.n >= 2`` (verl: "GRPO needs rollout.n > 1"). The others (gae, reinforce_plus_plus, remax)
 work with one response per prompt; ``tests/unit/test_config_values.py`` checks the two lists cover the
 registry."""
-MAX_SEED = 2**32 - 1
-"""numpy's seeds are 32-bit unsigned"""
 
 ARR = "actor_rollout_ref"
-
-
-def as_file_list(value: Any) -> list[str]:
-    """Normalise ``data.train_files``/``val_files`` (None, a path, or a list of paths) to a list of str."""
-    if value is None:
-        return []
-    if isinstance(value, (str, Path)):
-        return [str(value)]
-    if isinstance(value, (list, tuple, ListConfig)) and all(isinstance(v, (str, Path)) for v in value):
-        return [str(v) for v in value]
-    raise ConfigError(f"expected a file path or a list of file paths, got {short_repr(value)}")
 
 
 def _is_trainer(cfg: DictConfig) -> bool:
@@ -65,126 +57,48 @@ def _is_trainer(cfg: DictConfig) -> bool:
     return "actor_rollout_ref" in cfg
 
 
-# ------------------------------------------------------------------------------------------------ rule helpers
-TRUNCATE_SIDES = ("left", "right", "middle")
-
-
-def _choice(errors: list[str], key: str, value: Any, allowed: Iterable[str]) -> None:
-    allowed = tuple(allowed)
-    if value not in allowed:
-        close = get_close_matches(str(value), allowed, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        errors.append(f"{key} must be one of {', '.join(allowed)}; got {value!r}{hint}")
-
-
-def _at_least(errors: list[str], key: str, value: Any, low: int, *, null: str = "") -> None:
-    """``value >= low``; None passes (the schema decides whether a key may be null). ``null`` names what
-    null means for the key, e.g. ``"the whole batch"``, and is added to the message."""
-    _in_range(errors, key, value, low, null=null)
-
-
-def _in_range(
-    errors: list[str],
-    key: str,
-    value: Any,
-    low: float | None = None,
-    high: float | None = None,
-    *,
-    low_open: bool = False,
-    high_open: bool = False,
-    null: str = "",
-    note: str = "",
-) -> None:
-    """``value`` within [low, high] (``low_open`` / ``high_open`` exclude an end; None = unbounded) and
-    finite; None passes. ``null`` (what null means) and ``note`` (why the range) extend the message."""
-    if value is None or isinstance(value, bool) or not isinstance(value, Real):
-        return
-    ok = math.isfinite(value)
-    if low is not None:
-        ok = ok and (value > low if low_open else value >= low)
-    if high is not None:
-        ok = ok and (value < high if high_open else value <= high)
-    if ok:
-        return
-    if low is not None and high is not None:
-        allowed = f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
-    elif low is not None:
-        allowed = f"{'>' if low_open else '>='} {low}"
-    elif high is not None:
-        allowed = f"{'<' if high_open else '<='} {high}"
-    else:
-        allowed = "a finite number"
-    if null:
-        allowed += f" or null ({null})"
-    errors.append(f"{key} must be {allowed}; got {value}" + (f" ({note})" if note else ""))
-
-
-def _off_or_at_least(errors: list[str], key: str, value: Any, off: int, meaning: str, low: int = 1) -> None:
-    """An integer that is either the sentinel ``off`` (``meaning``, e.g. "never") or ``>= low``."""
-    if value is not None and value != off and value < low:
-        errors.append(f"{key} must be {off} ({meaning}) or >= {low}; got {value}")
-
-
-def _seed(errors: list[str], key: str, value: Any, null: str = "") -> None:
-    _in_range(errors, key, value, 0, MAX_SEED, null=null)
-
-
-def _torch_threads(errors: list[str], key: str, value: Any) -> None:
-    """A thread count >= 1, auto, or null (torch's default)."""
-    if value is None or value == AUTO:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        errors.append(f"{key} must be {AUTO}, an integer >= 1 or null (torch's default); got {value!r}")
-
-
-def _files(errors: list[str], key: str, value: Any) -> None:
-    try:
-        as_file_list(value)
-    except ConfigError:
-        errors.append(f"{key} must be a file path or a list of file paths; got {short_repr(value)}")
-
-
 # ------------------------------------------------------------------------------------------------ shared sections
 def _optim_errors(errors: list[str], prefix: str, optim: Any) -> None:
-    _choice(errors, f"{prefix}.lr_scheduler_type", optim.lr_scheduler_type, LR_SCHEDULERS)
-    _in_range(errors, f"{prefix}.lr", optim.lr, 0)
-    _in_range(errors, f"{prefix}.weight_decay", optim.weight_decay, 0)
-    _off_or_at_least(
+    check_choice(errors, f"{prefix}.lr_scheduler_type", optim.lr_scheduler_type, LR_SCHEDULERS)
+    check_in_range(errors, f"{prefix}.lr", optim.lr, 0)
+    check_in_range(errors, f"{prefix}.weight_decay", optim.weight_decay, 0)
+    check_off_or_at_least(
         errors, f"{prefix}.lr_warmup_steps", optim.lr_warmup_steps, -1, "use lr_warmup_steps_ratio", 0
     )
-    _in_range(errors, f"{prefix}.lr_warmup_steps_ratio", optim.lr_warmup_steps_ratio, 0, 1)
-    _in_range(errors, f"{prefix}.min_lr_ratio", optim.min_lr_ratio, 0, 1)
+    check_in_range(errors, f"{prefix}.lr_warmup_steps_ratio", optim.lr_warmup_steps_ratio, 0, 1)
+    check_in_range(errors, f"{prefix}.min_lr_ratio", optim.min_lr_ratio, 0, 1)
     if len(optim.betas) != 2:
         errors.append(f"{prefix}.betas must be two numbers [beta1, beta2]; got {list(optim.betas)}")
     else:
         for i, beta in enumerate(optim.betas):
-            _in_range(errors, f"{prefix}.betas[{i}]", beta, 0, 1, high_open=True)
+            check_in_range(errors, f"{prefix}.betas[{i}]", beta, 0, 1, high_open=True)
     for key in ("eps", "grad_clip"):  # only some optim sections have them (SFT's has grad_clip)
         if key in optim:
-            _in_range(errors, f"{prefix}.{key}", optim[key], 0, low_open=True)
+            check_in_range(errors, f"{prefix}.{key}", optim[key], 0, low_open=True)
 
 
 def _trainer_loop_errors(errors: list[str], trainer: Any) -> None:
     """Keys shared by the RL and the SFT trainer sections."""
-    _at_least(
+    check_at_least(
         errors, "trainer.total_training_steps", trainer.total_training_steps, 1, null="total_epochs of data"
     )
-    _at_least(errors, "trainer.total_epochs", trainer.total_epochs, 1)
-    _seed(errors, "trainer.seed", trainer.seed)
-    _torch_threads(errors, "trainer.torch_threads", trainer.torch_threads)
+    check_at_least(errors, "trainer.total_epochs", trainer.total_epochs, 1)
+    check_seed(errors, "trainer.seed", trainer.seed)
+    check_torch_threads(errors, "trainer.torch_threads", trainer.torch_threads)
     if "log_val_generations" in trainer:  # RL only
-        _at_least(errors, "trainer.log_val_generations", trainer.log_val_generations, 0)
+        check_at_least(errors, "trainer.log_val_generations", trainer.log_val_generations, 0)
     for name in trainer.logger:
-        _choice(errors, "each of trainer.logger", name, LOGGERS)
+        check_choice(errors, "each of trainer.logger", name, LOGGERS)
         if name in LOGGERS and missing_packages(name):
             errors.append(
                 f"trainer.logger {name} needs {', '.join(missing_packages(name))}, not installed: "
                 f"pip install {' '.join(missing_packages(name))} (or pip install -e '.[tracking]')"
             )
-    _choice(errors, "trainer.on_existing_run", trainer.on_existing_run, ON_EXISTING_RUN)
+    check_choice(errors, "trainer.on_existing_run", trainer.on_existing_run, ON_EXISTING_RUN)
 
 
 # ------------------------------------------------------------------------------------------------ RL sections
+TRUNCATE_SIDES = ("left", "right", "middle")
 CHAT_TEMPLATE_OWN_ARGS = (
     "conversation",
     "add_generation_prompt",
@@ -209,17 +123,17 @@ def _chat_template_kwargs_errors(errors: list[str], data: Any) -> None:
 
 
 def _data_errors(errors: list[str], data: Any) -> None:
-    _files(errors, "data.train_files", data.train_files)
-    _files(errors, "data.val_files", data.val_files)
-    _choice(errors, "data.truncation", data.truncation, TRUNCATION_MODES)
-    _choice(errors, "data.bad_rows", data.bad_rows, BAD_ROW_POLICIES)
-    _at_least(errors, "data.max_prompt_length", data.max_prompt_length, 1)
-    _at_least(errors, "data.max_response_length", data.max_response_length, 1)
-    _at_least(errors, "data.train_batch_size", data.train_batch_size, 1)
-    _at_least(errors, "data.val_batch_size", data.val_batch_size, 1)
-    _off_or_at_least(errors, "data.train_max_samples", data.train_max_samples, -1, "all rows")
-    _off_or_at_least(errors, "data.val_max_samples", data.val_max_samples, -1, "all rows")
-    _seed(errors, "data.seed", data.seed, null="trainer.seed")
+    check_files(errors, "data.train_files", data.train_files)
+    check_files(errors, "data.val_files", data.val_files)
+    check_choice(errors, "data.truncation", data.truncation, TRUNCATION_MODES)
+    check_choice(errors, "data.bad_rows", data.bad_rows, BAD_ROW_POLICIES)
+    check_at_least(errors, "data.max_prompt_length", data.max_prompt_length, 1)
+    check_at_least(errors, "data.max_response_length", data.max_response_length, 1)
+    check_at_least(errors, "data.train_batch_size", data.train_batch_size, 1)
+    check_at_least(errors, "data.val_batch_size", data.val_batch_size, 1)
+    check_off_or_at_least(errors, "data.train_max_samples", data.train_max_samples, -1, "all rows")
+    check_off_or_at_least(errors, "data.val_max_samples", data.val_max_samples, -1, "all rows")
+    check_seed(errors, "data.seed", data.seed, null="trainer.seed")
     _chat_template_kwargs_errors(errors, data)
 
 
@@ -228,7 +142,7 @@ def _sampling_errors(errors: list[str], prefix: str, section: Any, *, scored: bo
     its temperature) or ``rollout.val_kwargs``."""
     temperature = section.temperature
     if scored:
-        _in_range(
+        check_in_range(
             errors,
             f"{prefix}.temperature",
             temperature,
@@ -243,24 +157,24 @@ def _sampling_errors(errors: list[str], prefix: str, section: Any, *, scored: bo
             f"(temperature 0 is greedy decoding: set {prefix}.do_sample=false for it)"
         )
     else:
-        _in_range(errors, f"{prefix}.temperature", temperature, 0, low_open=bool(section.do_sample))
-    _in_range(errors, f"{prefix}.top_p", section.top_p, 0, 1, low_open=True)
+        check_in_range(errors, f"{prefix}.temperature", temperature, 0, low_open=bool(section.do_sample))
+    check_in_range(errors, f"{prefix}.top_p", section.top_p, 0, 1, low_open=True)
     if section.top_k < -1:
         errors.append(f"{prefix}.top_k must be -1 or 0 (off) or >= 1; got {section.top_k}")
 
 
 def _actor_errors(errors: list[str], actor: Any) -> None:
     prefix = f"{ARR}.actor"
-    _choice(errors, f"{prefix}.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
-    _choice(errors, f"{prefix}.clip_ratio_schedule", actor.clip_ratio_schedule, ("linear", "cosine"))
-    _at_least(errors, f"{prefix}.ppo_mini_batch_size", actor.ppo_mini_batch_size, 1)
-    _at_least(errors, f"{prefix}.ppo_micro_batch_size_per_gpu", actor.ppo_micro_batch_size_per_gpu, 1)
-    _at_least(errors, f"{prefix}.ppo_max_token_len_per_gpu", actor.ppo_max_token_len_per_gpu, 1)
-    _at_least(errors, f"{prefix}.ppo_epochs", actor.ppo_epochs, 1)
-    _in_range(errors, f"{prefix}.clip_ratio", actor.clip_ratio, 0, low_open=True)
+    check_choice(errors, f"{prefix}.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
+    check_choice(errors, f"{prefix}.clip_ratio_schedule", actor.clip_ratio_schedule, ("linear", "cosine"))
+    check_at_least(errors, f"{prefix}.ppo_mini_batch_size", actor.ppo_mini_batch_size, 1)
+    check_at_least(errors, f"{prefix}.ppo_micro_batch_size_per_gpu", actor.ppo_micro_batch_size_per_gpu, 1)
+    check_at_least(errors, f"{prefix}.ppo_max_token_len_per_gpu", actor.ppo_max_token_len_per_gpu, 1)
+    check_at_least(errors, f"{prefix}.ppo_epochs", actor.ppo_epochs, 1)
+    check_in_range(errors, f"{prefix}.clip_ratio", actor.clip_ratio, 0, low_open=True)
     for key in ("clip_ratio_low", "clip_ratio_high", "clip_ratio_final"):
-        _in_range(errors, f"{prefix}.{key}", actor[key], 0, low_open=True, null="clip_ratio")
-    _in_range(
+        check_in_range(errors, f"{prefix}.{key}", actor[key], 0, low_open=True, null="clip_ratio")
+    check_in_range(
         errors,
         f"{prefix}.clip_ratio_c",
         actor.clip_ratio_c,
@@ -268,8 +182,8 @@ def _actor_errors(errors: list[str], actor: Any) -> None:
         low_open=True,
         note="the dual-clip bound on negative advantages, as in verl",
     )
-    _in_range(errors, f"{prefix}.grad_clip", actor.grad_clip, 0, low_open=True)
-    _in_range(
+    check_in_range(errors, f"{prefix}.grad_clip", actor.grad_clip, 0, low_open=True)
+    check_in_range(
         errors,
         f"{prefix}.loss_scale_factor",
         actor.loss_scale_factor,
@@ -277,45 +191,51 @@ def _actor_errors(errors: list[str], actor: Any) -> None:
         low_open=True,
         null="max_response_length",
     )
-    _in_range(errors, f"{prefix}.kl_loss_coef", actor.kl_loss_coef, 0)
+    check_in_range(errors, f"{prefix}.kl_loss_coef", actor.kl_loss_coef, 0)
     loss = actor.policy_loss
-    _in_range(errors, f"{prefix}.policy_loss.clip_cov_ratio", loss.clip_cov_ratio, 0, 1, low_open=True)
-    _in_range(errors, f"{prefix}.policy_loss.kl_cov_ratio", loss.kl_cov_ratio, 0, 1, low_open=True)
+    check_in_range(errors, f"{prefix}.policy_loss.clip_cov_ratio", loss.clip_cov_ratio, 0, 1, low_open=True)
+    check_in_range(errors, f"{prefix}.policy_loss.kl_cov_ratio", loss.kl_cov_ratio, 0, 1, low_open=True)
     if not loss.clip_cov_lb < loss.clip_cov_ub:
         errors.append(
             f"{prefix}.policy_loss.clip_cov_lb ({loss.clip_cov_lb}) must be < "
             f"{prefix}.policy_loss.clip_cov_ub ({loss.clip_cov_ub})"
         )
-    _in_range(errors, f"{prefix}.policy_loss.ppo_kl_coef", loss.ppo_kl_coef, 0)
-    _in_range(errors, f"{prefix}.policy_loss.tau_pos", loss.tau_pos, 0, low_open=True)
-    _in_range(errors, f"{prefix}.policy_loss.tau_neg", loss.tau_neg, 0, low_open=True)
+    check_in_range(errors, f"{prefix}.policy_loss.ppo_kl_coef", loss.ppo_kl_coef, 0)
+    check_in_range(errors, f"{prefix}.policy_loss.tau_pos", loss.tau_pos, 0, low_open=True)
+    check_in_range(errors, f"{prefix}.policy_loss.tau_neg", loss.tau_neg, 0, low_open=True)
     _optim_errors(errors, f"{prefix}.optim", actor.optim)
 
 
 def _rollout_ref_errors(errors: list[str], arr: Any) -> None:
     rollout, ref = arr.rollout, arr.ref
     prefix = f"{ARR}.rollout"
-    _at_least(errors, f"{ARR}.model.log_prob_chunk_size", arr.model.log_prob_chunk_size, 0)
-    _at_least(errors, f"{prefix}.n", rollout.n, 1)
-    _at_least(errors, f"{prefix}.val_kwargs.n", rollout.val_kwargs.n, 1)
-    _at_least(errors, f"{prefix}.micro_batch_size", rollout.micro_batch_size, 1)
-    _choice(errors, f"{prefix}.mode", rollout.mode, ("sync", "async"))
-    _choice(errors, f"{prefix}.logprobs_mode", rollout.logprobs_mode, ("processed_logprobs", "raw_logprobs"))
-    _at_least(errors, f"{prefix}.max_num_seqs", rollout.max_num_seqs, 1)
-    _at_least(errors, f"{prefix}.tensor_model_parallel_size", rollout.tensor_model_parallel_size, 1)
-    _at_least(errors, f"{prefix}.max_model_len", rollout.max_model_len, 1)
-    _at_least(errors, f"{prefix}.max_num_batched_tokens", rollout.max_num_batched_tokens, 1)
-    _in_range(errors, f"{prefix}.gpu_memory_utilization", rollout.gpu_memory_utilization, 0, 1, low_open=True)
+    check_at_least(errors, f"{ARR}.model.log_prob_chunk_size", arr.model.log_prob_chunk_size, 0)
+    check_at_least(errors, f"{prefix}.n", rollout.n, 1)
+    check_at_least(errors, f"{prefix}.val_kwargs.n", rollout.val_kwargs.n, 1)
+    check_at_least(errors, f"{prefix}.micro_batch_size", rollout.micro_batch_size, 1)
+    check_choice(errors, f"{prefix}.mode", rollout.mode, ("sync", "async"))
+    check_choice(
+        errors, f"{prefix}.logprobs_mode", rollout.logprobs_mode, ("processed_logprobs", "raw_logprobs")
+    )
+    check_at_least(errors, f"{prefix}.max_num_seqs", rollout.max_num_seqs, 1)
+    check_at_least(errors, f"{prefix}.tensor_model_parallel_size", rollout.tensor_model_parallel_size, 1)
+    check_at_least(errors, f"{prefix}.max_model_len", rollout.max_model_len, 1)
+    check_at_least(errors, f"{prefix}.max_num_batched_tokens", rollout.max_num_batched_tokens, 1)
+    check_in_range(
+        errors, f"{prefix}.gpu_memory_utilization", rollout.gpu_memory_utilization, 0, 1, low_open=True
+    )
     if rollout.dtype is not None:
-        _choice(errors, f"{prefix}.dtype", rollout.dtype, DTYPE_NAMES)
+        check_choice(errors, f"{prefix}.dtype", rollout.dtype, DTYPE_NAMES)
     _sampling_errors(errors, prefix, rollout, scored=True)
     _sampling_errors(errors, f"{prefix}.val_kwargs", rollout.val_kwargs, scored=False)
     _multi_turn_errors(errors, rollout, prefix)
     for section, name in ((rollout, prefix), (ref, f"{ARR}.ref")):
-        _at_least(
+        check_at_least(
             errors, f"{name}.log_prob_micro_batch_size_per_gpu", section.log_prob_micro_batch_size_per_gpu, 1
         )
-        _at_least(errors, f"{name}.log_prob_max_token_len_per_gpu", section.log_prob_max_token_len_per_gpu, 1)
+        check_at_least(
+            errors, f"{name}.log_prob_max_token_len_per_gpu", section.log_prob_max_token_len_per_gpu, 1
+        )
 
 
 def _agent_loop_names(path: Any) -> set[str]:
@@ -334,14 +254,14 @@ def _agent_loop_names(path: Any) -> set[str]:
 
 def _multi_turn_errors(errors: list[str], rollout: Any, prefix: str) -> None:
     multi_turn, key = rollout.multi_turn, f"{prefix}.multi_turn"
-    _at_least(errors, f"{key}.max_assistant_turns", multi_turn.max_assistant_turns, 1)
-    _at_least(errors, f"{key}.max_user_turns", multi_turn.max_user_turns, 1)
-    _at_least(errors, f"{key}.max_parallel_calls", multi_turn.max_parallel_calls, 1)
-    _at_least(errors, f"{key}.max_tool_response_length", multi_turn.max_tool_response_length, 1)
-    _choice(
+    check_at_least(errors, f"{key}.max_assistant_turns", multi_turn.max_assistant_turns, 1)
+    check_at_least(errors, f"{key}.max_user_turns", multi_turn.max_user_turns, 1)
+    check_at_least(errors, f"{key}.max_parallel_calls", multi_turn.max_parallel_calls, 1)
+    check_at_least(errors, f"{key}.max_tool_response_length", multi_turn.max_tool_response_length, 1)
+    check_choice(
         errors, f"{key}.tool_response_truncate_side", multi_turn.tool_response_truncate_side, TRUNCATE_SIDES
     )
-    _choice(errors, f"{key}.format", multi_turn.format, ("hermes",))
+    check_choice(errors, f"{key}.format", multi_turn.format, ("hermes",))
     if (
         multi_turn.tool_config_path is not None
         and not tool_config_file(multi_turn.tool_config_path).is_file()
@@ -368,7 +288,9 @@ def _multi_turn_errors(errors: list[str], rollout: Any, prefix: str) -> None:
         errors.append(f"{prefix}.agent.agent_loop_config_path: no such file {path}")
     elif rollout.agent.default_agent_loop not in _agent_loop_names(path):
         names = _agent_loop_names(path)
-        _choice(errors, f"{prefix}.agent.default_agent_loop", rollout.agent.default_agent_loop, sorted(names))
+        check_choice(
+            errors, f"{prefix}.agent.default_agent_loop", rollout.agent.default_agent_loop, sorted(names)
+        )
     if (multi_turn.enable or path or rollout.agent.default_agent_loop != "single_turn_agent") and (
         rollout.tensor_model_parallel_size > 1
     ):
@@ -386,8 +308,8 @@ def _lora_errors(errors: list[str], cfg: DictConfig, prefix: str = f"{ARR}.model
     import importlib.util
 
     model = OmegaConf.select(cfg, prefix)
-    _at_least(errors, f"{prefix}.lora_rank", model.lora_rank, 0)
-    _in_range(errors, f"{prefix}.lora_alpha", model.lora_alpha, 0, low_open=True)
+    check_at_least(errors, f"{prefix}.lora_rank", model.lora_rank, 0)
+    check_in_range(errors, f"{prefix}.lora_alpha", model.lora_alpha, 0, low_open=True)
     for key, nullable in (("target_modules", False), ("exclude_modules", True)):
         value = model[key]
         if value is None and nullable:
@@ -407,7 +329,7 @@ def _lora_errors(errors: list[str], cfg: DictConfig, prefix: str = f"{ARR}.model
 
 
 def _critic_errors(errors: list[str], critic: Any) -> None:
-    _choice(errors, "critic.loss_agg_mode", critic.loss_agg_mode, LOSS_AGG_MODES)
+    check_choice(errors, "critic.loss_agg_mode", critic.loss_agg_mode, LOSS_AGG_MODES)
     for key in (
         "ppo_mini_batch_size",
         "ppo_micro_batch_size_per_gpu",
@@ -416,21 +338,21 @@ def _critic_errors(errors: list[str], critic: Any) -> None:
         "ppo_max_token_len_per_gpu",
         "forward_max_token_len_per_gpu",
     ):
-        _at_least(errors, f"critic.{key}", critic[key], 1)
-    _in_range(errors, "critic.cliprange_value", critic.cliprange_value, 0, low_open=True)
-    _in_range(errors, "critic.grad_clip", critic.grad_clip, 0, low_open=True)
+        check_at_least(errors, f"critic.{key}", critic[key], 1)
+    check_in_range(errors, "critic.cliprange_value", critic.cliprange_value, 0, low_open=True)
+    check_in_range(errors, "critic.grad_clip", critic.grad_clip, 0, low_open=True)
     _optim_errors(errors, "critic.optim", critic.optim)
 
 
 def _algorithm_errors(errors: list[str], cfg: DictConfig) -> None:
     algo, n = cfg.algorithm, cfg.actor_rollout_ref.rollout.n
-    _in_range(errors, "algorithm.gamma", algo.gamma, 0, 1)
-    _in_range(errors, "algorithm.lam", algo.lam, 0, 1)
-    _choice(errors, "algorithm.kl_ctrl.type", algo.kl_ctrl.type, KL_CTRL_TYPES)
-    _in_range(errors, "algorithm.kl_ctrl.kl_coef", algo.kl_ctrl.kl_coef, 0)
-    _at_least(errors, "algorithm.kl_ctrl.horizon", algo.kl_ctrl.horizon, 1)
-    _in_range(errors, "algorithm.kl_ctrl.target_kl", algo.kl_ctrl.target_kl, 0, low_open=True)
-    _at_least(
+    check_in_range(errors, "algorithm.gamma", algo.gamma, 0, 1)
+    check_in_range(errors, "algorithm.lam", algo.lam, 0, 1)
+    check_choice(errors, "algorithm.kl_ctrl.type", algo.kl_ctrl.type, KL_CTRL_TYPES)
+    check_in_range(errors, "algorithm.kl_ctrl.kl_coef", algo.kl_ctrl.kl_coef, 0)
+    check_at_least(errors, "algorithm.kl_ctrl.horizon", algo.kl_ctrl.horizon, 1)
+    check_in_range(errors, "algorithm.kl_ctrl.target_kl", algo.kl_ctrl.target_kl, 0, low_open=True)
+    check_at_least(
         errors, "algorithm.filter_groups.max_num_gen_batches", algo.filter_groups.max_num_gen_batches, 0
     )
     _rollout_correction_errors(
@@ -455,8 +377,8 @@ def _rollout_correction_errors(errors: list[str], rc: Any, recompute: Any) -> No
 
     key = "algorithm.rollout_correction"
     if rc.rollout_is is not None:
-        _choice(errors, f"{key}.rollout_is", rc.rollout_is, IS_LEVELS)
-    _choice(errors, f"{key}.loss_type", rc.loss_type, ("ppo_clip", "reinforce"))
+        check_choice(errors, f"{key}.rollout_is", rc.rollout_is, IS_LEVELS)
+    check_choice(errors, f"{key}.loss_type", rc.loss_type, ("ppo_clip", "reinforce"))
     try:
         if rc.rollout_is is not None and rc.rollout_is_threshold is not None:
             parse_is_threshold(rc.rollout_is_threshold)
@@ -481,133 +403,27 @@ def _rollout_correction_errors(errors: list[str], rc: Any, recompute: Any) -> No
         )
 
 
-def _async_errors(errors: list[str], cfg: DictConfig) -> None:
-    """``trainer.v1`` and ``async_training``: the mode, the pipeline depth against the staleness bound, and
-    what the asynchronous modes do not do yet (each refused with the reason, not left to misbehave)."""
-    v1, key = cfg.trainer.v1, "trainer.v1"
-    mode = v1.trainer_mode
-    _choice(errors, f"{key}.trainer_mode", mode, ("sync", "separate_async", "colocate_async"))
-    _choice(
-        errors, f"{key}.sampler.max_off_policy_strategy", v1.sampler.max_off_policy_strategy, ("drop", "wait")
-    )
-    _at_least(errors, f"{key}.sampler.max_off_policy_threshold", v1.sampler.max_off_policy_threshold, 1)
-    fully = cfg.async_training
-    _at_least(errors, "async_training.staleness_threshold", fully.staleness_threshold, 0)
-    _at_least(errors, "async_training.require_batches", fully.require_batches, 1)
-    streaming = isinstance(fully.staleness_threshold, (int, float)) and fully.staleness_threshold > 0
-    if mode not in ("separate_async", "colocate_async"):
-        if streaming:
-            errors.append(
-                f"async_training.staleness_threshold={fully.staleness_threshold}: the streaming rollout of "
-                f"fully-async training needs {key}.trainer_mode=separate_async (it is {mode})"
-            )
-        return
-    if fully.require_batches != 1:
-        errors.append(
-            f"async_training.require_batches={fully.require_batches}: here one ppo mini-batch is one optimizer "
-            f"step; make {ARR}.actor.ppo_mini_batch_size {fully.require_batches}x larger instead"
-        )
-    rollout_name = cfg.actor_rollout_ref.rollout.name
-    if mode == "colocate_async":
-        _at_least(errors, f"{key}.colocate_async.num_warmup_batches", v1.colocate_async.num_warmup_batches, 0)
-        if streaming:
-            errors.append(
-                f"async_training.staleness_threshold={fully.staleness_threshold} is for trainer_mode="
-                f"separate_async; colocate_async keeps {key}.colocate_async.num_warmup_batches batches more in "
-                "flight instead"
-            )
-        if not fully.partial_rollout:
-            errors.append(
-                "async_training.partial_rollout=false with colocate_async: verl's colocate_async always continues "
-                "the generations an update interrupted, under the new weights"
-            )
-        if rollout_name != "fast":
-            errors.append(
-                f"{key}.trainer_mode=colocate_async pauses generations mid-way, which only rollout.name=fast does "
-                f"(it is {rollout_name})"
-            )
-    else:
-        if streaming and rollout_name != "fast":
-            errors.append(
-                f"async_training.staleness_threshold={fully.staleness_threshold}: the streaming rollout interrupts "
-                f"generations mid-way, which only rollout.name=fast does (it is {rollout_name})"
-            )
-        _separate_async_errors(errors, cfg)
-    arr = cfg.actor_rollout_ref
-    unsupported = {
-        "LoRA (the rollout's copy would need the adapters merged)": arr.model.lora_rank > 0
-        or arr.model.lora_adapter_path is not None,
-        "DAPO's dynamic sampling (algorithm.filter_groups.enable)": cfg.algorithm.filter_groups.enable,
-        "ReMax's greedy baseline (algorithm.adv_estimator=remax)": cfg.algorithm.adv_estimator == "remax",
-        "agent loops / multi-turn": _uses_agent_loop(arr.rollout),
-        f"rollout.name={rollout_name} (the rollout role runs fast or hf)": rollout_name not in ("fast", "hf"),
-        "rollout.mode=async (the rollout server)": arr.rollout.mode == "async",
-    }
-    for what, on in unsupported.items():
-        if on:
-            errors.append(f"{key}.trainer_mode={mode} does not support {what} yet; use trainer_mode=sync")
-
-
-def _separate_async_errors(errors: list[str], cfg: DictConfig) -> None:
-    """``trainer.v1.separate_async``: the depth against the staleness bound; the weight-sync period."""
-    v1, key = cfg.trainer.v1, "trainer.v1"
-    ahead = v1.separate_async.num_warmup_batches
-    _at_least(errors, f"{key}.separate_async.num_warmup_batches", ahead, 0)
-    if isinstance(ahead, int) and ahead >= v1.sampler.max_off_policy_threshold:
-        errors.append(
-            f"{key}.separate_async.num_warmup_batches={ahead}: every sample would be {ahead} policy versions old, "
-            f"at or past {key}.sampler.max_off_policy_threshold={v1.sampler.max_off_policy_threshold}"
-        )
-    arr, data = cfg.actor_rollout_ref, cfg.data
-    sync_step = v1.separate_async.parameter_sync_step
-    trigger = cfg.async_training.trigger_parameter_sync_step
-    if trigger is not None and sync_step is not None and trigger != sync_step:
-        errors.append(
-            f"async_training.trigger_parameter_sync_step={trigger} and {key}.separate_async.parameter_sync_step="
-            f"{sync_step} name the same thing (optimizer steps per weight sync); set one"
-        )
-    sync_key = f"{key}.separate_async.parameter_sync_step"
-    if sync_step is None:
-        sync_step, sync_key = trigger, "async_training.trigger_parameter_sync_step"
-    mini = arr.actor.ppo_mini_batch_size
-    if (
-        sync_step is not None
-        and isinstance(mini, int)
-        and mini > 0
-        and sync_step * mini != data.train_batch_size
-    ):
-        errors.append(
-            f"{sync_key}={sync_step}: the weights are synced once per RL step, after "
-            f"data.train_batch_size / {ARR}.actor.ppo_mini_batch_size = {data.train_batch_size} / {mini} "
-            "mini-batches; leave it null or make the product equal data.train_batch_size (verl's rule)"
-        )
-
-
-def _uses_agent_loop(rollout: Any) -> bool:
-    from verl.agent_loop.runner import uses_agent_loop
-
-    return uses_agent_loop(rollout)
-
-
 def _reward_errors(errors: list[str], cfg: DictConfig) -> None:
     reward = cfg.reward_model
-    _choice(errors, "reward_model.error_policy", reward.error_policy, REWARD_ERROR_POLICIES)
-    _at_least(errors, "reward_model.num_workers", reward.num_workers, 1)
-    _at_least(errors, "reward_model.num_examine", reward.num_examine, 0)
-    _in_range(
+    check_choice(errors, "reward_model.error_policy", reward.error_policy, REWARD_ERROR_POLICIES)
+    check_at_least(errors, "reward_model.num_workers", reward.num_workers, 1)
+    check_at_least(errors, "reward_model.num_examine", reward.num_examine, 0)
+    check_in_range(
         errors, "reward_model.timeout_s", reward.timeout_s, 0, low_open=True, null="no limit", note="seconds"
     )
     buffer = reward.overlong_buffer
-    _at_least(errors, "reward_model.overlong_buffer.len", buffer.len, 1)
+    check_at_least(errors, "reward_model.overlong_buffer.len", buffer.len, 1)
     longest = cfg.data.max_response_length
     if buffer.enable and buffer.len >= 1 and buffer.len >= longest:
         errors.append(
             f"reward_model.overlong_buffer.len must be < data.max_response_length ({longest}); "
             f"got {buffer.len}"
         )
-    _in_range(errors, "reward_model.overlong_buffer.penalty_factor", buffer.penalty_factor, 0)
-    _at_least(errors, "reward_model.micro_batch_size_per_gpu", reward.micro_batch_size_per_gpu, 1, null="all")
-    _at_least(errors, "reward_model.max_length", reward.max_length, 1, null="prompt + response lengths")
+    check_in_range(errors, "reward_model.overlong_buffer.penalty_factor", buffer.penalty_factor, 0)
+    check_at_least(
+        errors, "reward_model.micro_batch_size_per_gpu", reward.micro_batch_size_per_gpu, 1, null="all"
+    )
+    check_at_least(errors, "reward_model.max_length", reward.max_length, 1, null="prompt + response lengths")
     if reward.enable and not str(reward.model.path or "").strip():
         errors.append(
             "reward_model.enable=true needs reward_model.model.path (a sequence-classification reward model "
@@ -619,21 +435,23 @@ def _reward_errors(errors: list[str], cfg: DictConfig) -> None:
 def _trainer_errors(errors: list[str], cfg: DictConfig) -> None:
     trainer = cfg.trainer
     _trainer_loop_errors(errors, trainer)
-    _choice(errors, "trainer.backend", trainer.backend, ("local", "ray"))
-    _choice(errors, "trainer.device", trainer.device, ("cpu", "cuda", "auto"))
-    _choice(errors, "trainer.on_worker_failure", trainer.on_worker_failure, ("fail", "restart"))
-    _off_or_at_least(errors, "trainer.test_freq", trainer.test_freq, -1, "never")
-    _off_or_at_least(errors, "trainer.save_freq", trainer.save_freq, -1, "never")
+    check_choice(errors, "trainer.backend", trainer.backend, ("local", "ray"))
+    check_choice(errors, "trainer.device", trainer.device, ("cpu", "cuda", "auto"))
+    check_choice(errors, "trainer.on_worker_failure", trainer.on_worker_failure, ("fail", "restart"))
+    check_off_or_at_least(errors, "trainer.test_freq", trainer.test_freq, -1, "never")
+    check_off_or_at_least(errors, "trainer.save_freq", trainer.save_freq, -1, "never")
     for key in ("max_actor_ckpt_to_keep", "max_critic_ckpt_to_keep"):
-        _at_least(errors, f"trainer.{key}", trainer[key], 1, null="keep all")
-    _at_least(errors, "trainer.nnodes", trainer.nnodes, 1)
-    _at_least(errors, "trainer.n_gpus_per_node", trainer.n_gpus_per_node, 1)
-    _at_least(errors, "trainer.critic_warmup", trainer.critic_warmup, 0)
-    _at_least(errors, "trainer.max_worker_restarts", trainer.max_worker_restarts, 0)
-    _at_least(errors, "trainer.worker_state_freq", trainer.worker_state_freq, 0)
-    _at_least(errors, "trainer.worker_timeout_s", trainer.worker_timeout_s, 0, null="no deadline")
-    _at_least(errors, "trainer.heartbeat_timeout_s", trainer.heartbeat_timeout_s, 0, null="deadline only")
-    _seed(errors, "prepare.seed", cfg.prepare.seed, null="trainer.seed")
+        check_at_least(errors, f"trainer.{key}", trainer[key], 1, null="keep all")
+    check_at_least(errors, "trainer.nnodes", trainer.nnodes, 1)
+    check_at_least(errors, "trainer.n_gpus_per_node", trainer.n_gpus_per_node, 1)
+    check_at_least(errors, "trainer.critic_warmup", trainer.critic_warmup, 0)
+    check_at_least(errors, "trainer.max_worker_restarts", trainer.max_worker_restarts, 0)
+    check_at_least(errors, "trainer.worker_state_freq", trainer.worker_state_freq, 0)
+    check_at_least(errors, "trainer.worker_timeout_s", trainer.worker_timeout_s, 0, null="no deadline")
+    check_at_least(
+        errors, "trainer.heartbeat_timeout_s", trainer.heartbeat_timeout_s, 0, null="deadline only"
+    )
+    check_seed(errors, "prepare.seed", cfg.prepare.seed, null="trainer.seed")
     workers = trainer.nnodes * trainer.n_gpus_per_node
     if trainer.backend == "local" and (workers > 1 or cfg.reward_model.num_workers > 1):
         errors.append(
@@ -679,7 +497,7 @@ def _trainer_config_errors(cfg: DictConfig) -> list[str]:
     if cfg.prepare.model is not None:
         from verl.models.gguf import FETCHABLE
 
-        _choice(errors, "prepare.model", cfg.prepare.model, tuple(FETCHABLE))
+        check_choice(errors, "prepare.model", cfg.prepare.model, tuple(FETCHABLE))
     _actor_errors(errors, arr.actor)
     _rollout_ref_errors(errors, arr)
     _lora_errors(errors, cfg)
@@ -687,7 +505,7 @@ def _trainer_config_errors(cfg: DictConfig) -> list[str]:
     _algorithm_errors(errors, cfg)
     _reward_errors(errors, cfg)
     _trainer_errors(errors, cfg)
-    _async_errors(errors, cfg)
+    async_errors(errors, cfg)
     _batch_errors(errors, cfg)
     errors.extend(backend_errors(cfg))
     if not errors:
@@ -701,12 +519,12 @@ def _trainer_config_errors(cfg: DictConfig) -> list[str]:
 def _sft_config_errors(cfg: DictConfig) -> list[str]:
     errors: list[str] = []
     data = cfg.data
-    _files(errors, "data.train_files", data.train_files)
-    _files(errors, "data.val_files", data.val_files)
-    _choice(errors, "data.truncation", data.truncation, TRUNCATION_MODES)
-    _at_least(errors, "data.max_length", data.max_length, 1)
-    _at_least(errors, "data.train_batch_size", data.train_batch_size, 1)
-    _off_or_at_least(errors, "data.train_max_samples", data.train_max_samples, -1, "all rows")
+    check_files(errors, "data.train_files", data.train_files)
+    check_files(errors, "data.val_files", data.val_files)
+    check_choice(errors, "data.truncation", data.truncation, TRUNCATION_MODES)
+    check_at_least(errors, "data.max_length", data.max_length, 1)
+    check_at_least(errors, "data.train_batch_size", data.train_batch_size, 1)
+    check_off_or_at_least(errors, "data.train_max_samples", data.train_max_samples, -1, "all rows")
     if data.messages_key is not None and not data.messages_key.strip():
         errors.append(
             "data.messages_key must name the column holding the chats, or be null (prompt/response rows); "

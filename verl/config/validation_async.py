@@ -1,0 +1,124 @@
+"""Validation of ``trainer.v1`` and ``async_training``: the asynchronous trainer modes, the pipeline depth
+against the staleness bound, the weight-sync period, and what the asynchronous modes do not do yet (each
+refused with the reason, not left to misbehave). Called by :func:`verl.config.validation.validate`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig
+
+from verl.config.value_rules import check_at_least, check_choice
+
+ARR = "actor_rollout_ref"
+
+
+def async_errors(errors: list[str], cfg: DictConfig) -> None:
+    """``trainer.v1`` and ``async_training``: the mode, the pipeline depth against the staleness bound, and
+    what the asynchronous modes do not do yet (each refused with the reason, not left to misbehave)."""
+    v1, key = cfg.trainer.v1, "trainer.v1"
+    mode = v1.trainer_mode
+    check_choice(errors, f"{key}.trainer_mode", mode, ("sync", "separate_async", "colocate_async"))
+    check_choice(
+        errors, f"{key}.sampler.max_off_policy_strategy", v1.sampler.max_off_policy_strategy, ("drop", "wait")
+    )
+    check_at_least(errors, f"{key}.sampler.max_off_policy_threshold", v1.sampler.max_off_policy_threshold, 1)
+    fully = cfg.async_training
+    check_at_least(errors, "async_training.staleness_threshold", fully.staleness_threshold, 0)
+    check_at_least(errors, "async_training.require_batches", fully.require_batches, 1)
+    streaming = isinstance(fully.staleness_threshold, (int, float)) and fully.staleness_threshold > 0
+    if mode not in ("separate_async", "colocate_async"):
+        if streaming:
+            errors.append(
+                f"async_training.staleness_threshold={fully.staleness_threshold}: the streaming rollout of "
+                f"fully-async training needs {key}.trainer_mode=separate_async (it is {mode})"
+            )
+        return
+    if fully.require_batches != 1:
+        errors.append(
+            f"async_training.require_batches={fully.require_batches}: here one ppo mini-batch is one optimizer "
+            f"step; make {ARR}.actor.ppo_mini_batch_size {fully.require_batches}x larger instead"
+        )
+    rollout_name = cfg.actor_rollout_ref.rollout.name
+    if mode == "colocate_async":
+        check_at_least(
+            errors, f"{key}.colocate_async.num_warmup_batches", v1.colocate_async.num_warmup_batches, 0
+        )
+        if streaming:
+            errors.append(
+                f"async_training.staleness_threshold={fully.staleness_threshold} is for trainer_mode="
+                f"separate_async; colocate_async keeps {key}.colocate_async.num_warmup_batches batches more in "
+                "flight instead"
+            )
+        if not fully.partial_rollout:
+            errors.append(
+                "async_training.partial_rollout=false with colocate_async: verl's colocate_async always continues "
+                "the generations an update interrupted, under the new weights"
+            )
+        if rollout_name != "fast":
+            errors.append(
+                f"{key}.trainer_mode=colocate_async pauses generations mid-way, which only rollout.name=fast does "
+                f"(it is {rollout_name})"
+            )
+    else:
+        if streaming and rollout_name != "fast":
+            errors.append(
+                f"async_training.staleness_threshold={fully.staleness_threshold}: the streaming rollout interrupts "
+                f"generations mid-way, which only rollout.name=fast does (it is {rollout_name})"
+            )
+        _separate_async_errors(errors, cfg)
+    arr = cfg.actor_rollout_ref
+    unsupported = {
+        "LoRA (the rollout's copy would need the adapters merged)": arr.model.lora_rank > 0
+        or arr.model.lora_adapter_path is not None,
+        "DAPO's dynamic sampling (algorithm.filter_groups.enable)": cfg.algorithm.filter_groups.enable,
+        "ReMax's greedy baseline (algorithm.adv_estimator=remax)": cfg.algorithm.adv_estimator == "remax",
+        "agent loops / multi-turn": _uses_agent_loop(arr.rollout),
+        f"rollout.name={rollout_name} (the rollout role runs fast or hf)": rollout_name not in ("fast", "hf"),
+        "rollout.mode=async (the rollout server)": arr.rollout.mode == "async",
+    }
+    for what, on in unsupported.items():
+        if on:
+            errors.append(f"{key}.trainer_mode={mode} does not support {what} yet; use trainer_mode=sync")
+
+
+def _separate_async_errors(errors: list[str], cfg: DictConfig) -> None:
+    """``trainer.v1.separate_async``: the depth against the staleness bound; the weight-sync period."""
+    v1, key = cfg.trainer.v1, "trainer.v1"
+    ahead = v1.separate_async.num_warmup_batches
+    check_at_least(errors, f"{key}.separate_async.num_warmup_batches", ahead, 0)
+    if isinstance(ahead, int) and ahead >= v1.sampler.max_off_policy_threshold:
+        errors.append(
+            f"{key}.separate_async.num_warmup_batches={ahead}: every sample would be {ahead} policy versions old, "
+            f"at or past {key}.sampler.max_off_policy_threshold={v1.sampler.max_off_policy_threshold}"
+        )
+    arr, data = cfg.actor_rollout_ref, cfg.data
+    sync_step = v1.separate_async.parameter_sync_step
+    trigger = cfg.async_training.trigger_parameter_sync_step
+    if trigger is not None and sync_step is not None and trigger != sync_step:
+        errors.append(
+            f"async_training.trigger_parameter_sync_step={trigger} and {key}.separate_async.parameter_sync_step="
+            f"{sync_step} name the same thing (optimizer steps per weight sync); set one"
+        )
+    sync_key = f"{key}.separate_async.parameter_sync_step"
+    if sync_step is None:
+        sync_step, sync_key = trigger, "async_training.trigger_parameter_sync_step"
+    mini = arr.actor.ppo_mini_batch_size
+    if (
+        sync_step is not None
+        and isinstance(mini, int)
+        and mini > 0
+        and sync_step * mini != data.train_batch_size
+    ):
+        errors.append(
+            f"{sync_key}={sync_step}: the weights are synced once per RL step, after "
+            f"data.train_batch_size / {ARR}.actor.ppo_mini_batch_size = {data.train_batch_size} / {mini} "
+            "mini-batches; leave it null or make the product equal data.train_batch_size (verl's rule)"
+        )
+
+
+def _uses_agent_loop(rollout: Any) -> bool:
+    from verl.agent_loop.runner import uses_agent_loop
+
+    return uses_agent_loop(rollout)
