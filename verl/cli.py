@@ -512,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
         _quiet_libraries()
         from verl.errors import UserError
+        from verl.single_controller.errors import WorkerError
         from verl.single_controller.flow import StepError
 
         try:
@@ -525,6 +526,13 @@ def main(argv: list[str] | None = None) -> int:
             if _debug(args):
                 raise
             # The message names the step, the role, the rank and the cause; the worker's stack trace is in the log.
+            print(f"run failed: {e}", file=sys.stderr)
+            return 1
+        except WorkerError as e:
+            # A call outside the DAG's steps (a checkpoint save, validation): the same message, naming the
+            # role, rank, node and cause. The save never half-writes: the last complete checkpoint is intact.
+            if _debug(args):
+                raise
             print(f"run failed: {e}", file=sys.stderr)
             return 1
     except KeyboardInterrupt:

@@ -55,7 +55,9 @@ class LocalRayCluster:
         """The environment of a process that joins the cluster (``RAY_ADDRESS`` included)."""
         return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_ADDRESS": self.address, **HEALTH_CHECK, **extra}
 
-    def _ray_start(self, name: str, *args: str) -> None:
+    def _ray_start(self, name: str, *args: str) -> int:
+        """``ray start`` in a session of its own; its daemons stay in that session, whose id (the pid of
+        ``ray start``) is returned: what names this node's processes, whatever else runs on the machine."""
         command = [
             sys.executable, "-m", "ray.scripts.scripts", "start", "--node-ip-address=127.0.0.1",
             f"--num-cpus={self.cpus_per_node}", f"--resources={json.dumps({f'verl_{name}': 1})}",
@@ -67,11 +69,18 @@ class LocalRayCluster:
         ]  # fmt: skip
         env = self.env()
         env.pop("RAY_ADDRESS")
-        process = subprocess.run(
-            command, env=env, capture_output=True, text=True, timeout=180, start_new_session=True
+        process = subprocess.Popen(
+            command,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
         )
+        stdout, stderr = process.communicate(timeout=180)
         if process.returncode != 0:
-            raise RuntimeError(f"ray start ({name}) failed:\n{process.stdout}\n{process.stderr}")
+            raise RuntimeError(f"ray start ({name}) failed:\n{stdout}\n{stderr}")
+        return process.pid
 
     def start(self) -> LocalRayCluster:
         self.start_node("head")
@@ -97,17 +106,16 @@ class LocalRayCluster:
 
     def start_node(self, name: str) -> None:
         """Start the head (``name="head"``) or a worker node joining it."""
-        before = _session_ids()
         if name == "head":
-            self._ray_start(
+            session = self._ray_start(
                 name, "--head", f"--port={self.port}", "--dashboard-host=127.0.0.1",
                 f"--dashboard-port={self.dashboard_port}", f"--ray-client-server-port={_free_port()}",
             )  # fmt: skip
         else:
-            self._ray_start(name, f"--address={self.address}")
-        new = _session_ids() - before
-        assert len(new) == 1, f"could not tell the {name} node's processes apart: sessions {new}"
-        self.sessions[name] = new.pop()
+            session = self._ray_start(name, f"--address={self.address}")
+        # (not "the raylet that is new": another test's Ray instance may start at the same time)
+        assert session in _session_ids(), f"no raylet of the {name} node runs in its session {session}"
+        self.sessions[name] = session
         self.wait_for_nodes(len(self.sessions))
 
     def kill_node(self, name: str) -> None:

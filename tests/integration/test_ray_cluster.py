@@ -196,7 +196,9 @@ def test_losing_the_worker_node_with_fail_names_what_was_lost_and_the_rerun_resu
     ]
     code, output, worker, seconds = _start_and_lose_the_worker(cluster, args, tmp_path / "run", after_step=3)
     assert code == 1, output[-4000:]
-    (failure,) = [line for line in output.splitlines() if line.startswith("run failed: ")]
+    failures = [line for line in output.splitlines() if line.startswith("run failed: ")]
+    assert len(failures) == 1, output[-4000:]
+    (failure,) = failures
     # the first call to meet the loss names its rank; the node's line names every rank that was on it
     assert re.search(rf"rank \d \(pid \d+, node {worker[:8]} at [\d.]+\) died in \w+", failure), failure
     assert re.search(
@@ -258,7 +260,9 @@ def test_a_stopped_worker_is_named_with_its_stack_by_the_heartbeats(cluster, job
             except ProcessLookupError:
                 pass
     assert code == 1, driver.output[-4000:]
-    (failure,) = [line for line in driver.lines if line.startswith("run failed: ")]
+    failures = [line for line in driver.lines if line.startswith("run failed: ")]
+    assert len(failures) == 1, driver.output[-4000:]
+    (failure,) = failures
     assert re.search(
         rf"role 'actor_rollout' rank 1 \(pid {stopped}, node \w+ at [\d.]+\) stopped responding", failure
     )
