@@ -21,7 +21,7 @@ from benchmarks.harness.models import ModelSpec, prepare_model  # noqa: E402
 from benchmarks.harness.report import format_table  # noqa: E402
 from benchmarks.harness.rollout import engines  # noqa: E402
 
-# The tests share one bench run (the report fixture, ~40 s): under pytest-xdist they go to one process.
+# The tests share one bench run (the report fixture, ~40 s): one process (--dist loadfile), sent out first.
 pytestmark = pytest.mark.xdist_group("bench")
 
 TOY = ModelSpec(
