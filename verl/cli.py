@@ -522,15 +522,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             print(f"{e.label}: {e}", file=sys.stderr)
             return e.exit_code
-        except StepError as e:
-            if _debug(args):
-                raise
-            # The message names the step, the role, the rank and the cause; the worker's stack trace is in the log.
-            print(f"run failed: {e}", file=sys.stderr)
-            return 1
-        except WorkerError as e:
-            # A call outside the DAG's steps (a checkpoint save, validation): the same message, naming the
-            # role, rank, node and cause. The save never half-writes: the last complete checkpoint is intact.
+        except (StepError, WorkerError) as e:
+            # A failed step, or a worker call outside the DAG's steps (a checkpoint save, validation): the
+            # message names the role, the rank, the node and the cause; the worker's stack trace is in the log.
             if _debug(args):
                 raise
             print(f"run failed: {e}", file=sys.stderr)
