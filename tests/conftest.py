@@ -11,9 +11,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (--dist loadfile: a module's tests in one process) the longest work goes out first,
-    so no process is left with a long module at the end: the modules marked xdist_group (the two-node
-    cluster, the bench), then the slow tests, in collection order otherwise."""
+    """Under pytest-xdist, the longest work first: the modules marked xdist_group (the two-node cluster, the
+    bench), then the slow tests, in collection order otherwise. With --dist loadfile xdist still reorders the
+    modules by their number of tests unless --no-loadscope-reorder is given (not yet in the test command)."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         items.sort(
             key=lambda item: (

@@ -24,7 +24,7 @@ from verl.utils.checkpoint import LATEST  # noqa: E402
 
 # One cluster for the module: under pytest-xdist (-n 2 --dist loadfile) a module's tests run in one process, in
 # turn. (The group mark is for --dist loadgroup, which pytest 9.2 with xdist 3.8 no longer honours; conftest.py
-# sends grouped modules out first.)
+# orders grouped modules first.)
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray-cluster")]
 
 EVEN_DIGITS = '''
