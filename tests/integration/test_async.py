@@ -151,3 +151,40 @@ def test_streaming_without_partial_rollouts_finishes_generations_under_their_wei
     rows = [r for r in records(out) if r["step"] > 0]
     assert all(r["fully_async/partial/max_partial_span"] == 0 for r in rows)
     assert rows[-1]["fully_async/pool/groups"] == 0
+
+
+CUSTOM_STEPS = """
+from verl.trainer.step import batch_source, generate_groups, train_on
+
+
+def from_source(flow, plan, step, prompts, more):
+    batch, metrics = batch_source(plan).batch(flow, plan, step, prompts, more)
+    metrics.append({"custom/step": float(step)})
+    return train_on(flow, plan, step, batch, more, metrics)
+
+
+def generates_itself(flow, plan, step, prompts, more):
+    return train_on(flow, plan, step, generate_groups(flow, plan, prompts, tag=f"{step}-0"), more)
+"""
+
+
+def test_a_custom_step_takes_its_batch_from_the_modes_source(tiny_model_dir, arithmetic_files, tmp_path):
+    """The one step in every mode: a trainer.step that asks the plan's batch source trains in separate_async
+    exactly as rl_step does; one that generates on the actor itself is refused after its first step."""
+    steps = tmp_path / "steps.py"
+    steps.write_text(CUSTOM_STEPS)
+    run(tiny_model_dir, arithmetic_files, tmp_path / "builtin", ASYNC)
+    run(tiny_model_dir, arithmetic_files, tmp_path / "custom", ASYNC, f"trainer.step={steps}:from_source")
+    custom = numbers(tmp_path / "custom")
+    assert [r.get("custom/step") for r in custom] == [None, 1.0, 2.0, 3.0]
+    assert [{k: v for k, v in r.items() if k != "custom/step"} for r in custom] == numbers(
+        tmp_path / "builtin"
+    )
+    with pytest.raises(Exception, match="did not take its batch from the mode's source"):
+        run(
+            tiny_model_dir,
+            arithmetic_files,
+            tmp_path / "own",
+            ASYNC,
+            f"trainer.step={steps}:generates_itself",
+        )

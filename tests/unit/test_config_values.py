@@ -11,9 +11,8 @@ import pytest
 from _config_helpers import ARR, _verl_home  # noqa: F401  (_verl_home: autouse fixture)
 from omegaconf import OmegaConf
 
-from verl.algorithms import ADV_ESTIMATOR_REGISTRY
+from verl.algorithms import ADV_ESTIMATOR_REGISTRY, estimator_needs
 from verl.config import ConfigError, SFTConfig, load_config
-from verl.config.validation import GROUP_ESTIMATORS
 from verl.workers.rollout import SamplingParams
 
 R = f"{ARR}.rollout"
@@ -303,6 +302,10 @@ def test_sft_boundaries_load() -> None:
 
 
 # ------------------------------------------------------------------------------------------------ group estimators
+GROUP_ESTIMATORS = ("grpo", "grpo_passk", "rloo", "opo", "gpg", "reinforce_plus_plus_baseline")
+"""the built-in estimators whose baseline comes from the other responses to the same prompt"""
+
+
 @pytest.mark.parametrize("estimator", GROUP_ESTIMATORS)
 def test_group_estimators_need_two_responses_per_prompt(estimator: str) -> None:
     message = refused(f"algorithm.adv_estimator={estimator}", f"{R}.n=1")
@@ -317,11 +320,15 @@ def test_single_response_estimators_accept_n_1(estimator: str) -> None:
     assert cfg[ARR].rollout.n == 1
 
 
-def test_every_registered_estimator_is_classified() -> None:
-    # a new estimator must be added to GROUP_ESTIMATORS (or to this list) on purpose; other tests register
-    # estimators of their own, which are not verl's
+def test_every_registered_estimator_declares_what_it_needs() -> None:
+    # what each built-in estimator declared at registration (estimator_needs), checked against this hand
+    # list; a new estimator is added here on purpose. Other tests register estimators of their own.
     builtin = {name for name, fn in ADV_ESTIMATOR_REGISTRY.items() if fn.__module__.startswith("verl.")}
     assert builtin == set(GROUP_ESTIMATORS) | {"gae", "reinforce_plus_plus", "remax"}
+    declared = {name: estimator_needs(name) for name in builtin}
+    assert {name for name, needs in declared.items() if needs.groups} == set(GROUP_ESTIMATORS)
+    assert {name for name, needs in declared.items() if needs.critic} == {"gae"}
+    assert {name for name, needs in declared.items() if needs.greedy_baseline} == {"remax"}
 
 
 def test_n_0_reports_the_lower_bound_only() -> None:

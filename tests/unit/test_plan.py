@@ -60,3 +60,29 @@ def test_critic_warmup_and_progress():
     assert [plan.update_actor(step) for step in (1, 2, 3)] == [False, False, True]
     assert [plan.progress(step) for step in (1, 6, 11)] == [0.0, 0.5, 1.0]
     assert "critic warm-up 2 steps" in plan.describe()
+
+
+def test_the_plan_reads_what_an_estimator_declared_not_its_name():
+    """A user's estimator registered with what it needs gets those passes; no estimator name is compared."""
+    from verl.algorithms import ADV_ESTIMATOR_REGISTRY, register_adv_est
+    from verl.algorithms.advantages import ADV_ESTIMATOR_NEEDS
+
+    names = ("test_valued", "test_greedy", "test_grouped")
+    try:
+        register_adv_est("test_valued", critic=True)(lambda **kw: None)
+        register_adv_est("test_greedy", greedy_baseline=True)(lambda **kw: None)
+        register_adv_est("test_grouped", groups=True)(lambda **kw: None)
+        valued = plan_of("algorithm.adv_estimator=test_valued")
+        assert valued.critic and not valued.remax_baseline
+        greedy = plan_of("algorithm.adv_estimator=test_greedy")
+        assert greedy.remax_baseline and not greedy.critic
+        assert not plan_of("algorithm.adv_estimator=test_grouped").critic
+        with pytest.raises(Exception, match="algorithm.adv_estimator=test_grouped compares the responses"):
+            plan_of("algorithm.adv_estimator=test_grouped", "actor_rollout_ref.rollout.n=1")
+        # verl's one-argument form declares nothing: no critic, and one response per prompt is accepted
+        register_adv_est("test_plain")(lambda **kw: None)
+        assert not plan_of("algorithm.adv_estimator=test_plain", "actor_rollout_ref.rollout.n=1").critic
+    finally:
+        for name in (*names, "test_plain"):
+            ADV_ESTIMATOR_REGISTRY.pop(name, None)
+            ADV_ESTIMATOR_NEEDS.pop(name, None)

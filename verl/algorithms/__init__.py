@@ -1,6 +1,12 @@
 """Pure tensor math of RL for LLMs: estimators, losses, KL. No models, no I/O."""
 
-from verl.algorithms.advantages import ADV_ESTIMATOR_REGISTRY, get_adv_estimator_fn, register_adv_est
+from verl.algorithms.advantages import (
+    ADV_ESTIMATOR_REGISTRY,
+    EstimatorNeeds,
+    estimator_needs,
+    get_adv_estimator_fn,
+    register_adv_est,
+)
 from verl.algorithms.core import (
     LOSS_AGG_MODES,
     agg_loss,
@@ -24,11 +30,13 @@ __all__ = [
     "LOSS_AGG_MODES",
     "POLICY_LOSS_REGISTRY",
     "AdaptiveKLController",
+    "EstimatorNeeds",
     "FixedKLController",
     "LossContext",
     "agg_loss",
     "anneal",
     "compute_value_loss",
+    "estimator_needs",
     "get_adv_estimator_fn",
     "get_kl_controller",
     "get_policy_loss_fn",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,13 +27,47 @@ from verl.utils.registry import Registry
 ADV_ESTIMATOR_REGISTRY = Registry("advantage estimator (algorithm.adv_estimator)")
 
 
-def register_adv_est(name: str) -> Callable:
-    """Decorator: make an estimator available as ``algorithm.adv_estimator=<name>``."""
-    return ADV_ESTIMATOR_REGISTRY.register(name)
+@dataclass(frozen=True)
+class EstimatorNeeds:
+    """What an estimator needs from the step besides rewards, declared where it is registered; the step plan
+    and the config checks read these, never the estimator's name."""
+
+    critic: bool = False
+    """per-token ``values`` from a trained critic (the plan trains one unless ``critic.enable`` says no)"""
+    groups: bool = False
+    """compares the responses to one prompt with each other (``index``): ``rollout.n`` must be >= 2"""
+    greedy_baseline: bool = False
+    """``reward_baselines``: the reward of one greedy response per prompt, generated before the samples"""
+
+
+ADV_ESTIMATOR_NEEDS: dict[str, EstimatorNeeds] = {}
+
+
+def register_adv_est(
+    name: str, *, critic: bool = False, groups: bool = False, greedy_baseline: bool = False
+) -> Callable:
+    """Decorator: make an estimator available as ``algorithm.adv_estimator=<name>``, with what it needs
+    (:class:`EstimatorNeeds`; verl's one-argument form declares nothing)."""
+    register = ADV_ESTIMATOR_REGISTRY.register(name)
+
+    def decorator(fn: Callable) -> Callable:
+        registered = register(fn)  # (a clash raises before anything is recorded)
+        ADV_ESTIMATOR_NEEDS[name] = EstimatorNeeds(
+            critic=critic, groups=groups, greedy_baseline=greedy_baseline
+        )
+        return registered
+
+    return decorator
 
 
 def get_adv_estimator_fn(name: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     return ADV_ESTIMATOR_REGISTRY.lookup(name)
+
+
+def estimator_needs(name: str) -> EstimatorNeeds:
+    """What the estimator registered as ``name`` declared it needs (nothing, for a name not registered yet:
+    a user's estimator file may register it later, and an unknown name is reported by the lookup)."""
+    return ADV_ESTIMATOR_NEEDS.get(name, EstimatorNeeds())
 
 
 # ----------------------------------------------------------------------------- group helpers
@@ -74,7 +109,7 @@ def _broadcast(per_sample: torch.Tensor, response_mask: torch.Tensor) -> torch.T
 # ----------------------------------------------------------------------------- token-level estimators
 
 
-@register_adv_est("gae")
+@register_adv_est("gae", critic=True)
 def compute_gae_advantage_return(
     token_level_rewards: torch.Tensor,
     values: torch.Tensor,
@@ -146,7 +181,7 @@ def compute_reinforce_plus_plus_outcome_advantage(
     return advantages, returns
 
 
-@register_adv_est("remax")
+@register_adv_est("remax", greedy_baseline=True)
 def compute_remax_outcome_advantage(
     token_level_rewards: torch.Tensor,
     reward_baselines: torch.Tensor,
@@ -172,7 +207,7 @@ def compute_remax_outcome_advantage(
 # ----------------------------------------------------------------------------- outcome (group) estimators
 
 
-@register_adv_est("grpo")
+@register_adv_est("grpo", groups=True)
 def compute_grpo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -198,7 +233,7 @@ def compute_grpo_outcome_advantage(
     return advantages, advantages
 
 
-@register_adv_est("grpo_passk")
+@register_adv_est("grpo_passk", groups=True)
 def compute_grpo_passk_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -232,7 +267,7 @@ def compute_grpo_passk_outcome_advantage(
     return advantages, advantages
 
 
-@register_adv_est("reinforce_plus_plus_baseline")
+@register_adv_est("reinforce_plus_plus_baseline", groups=True)
 def compute_reinforce_plus_plus_baseline_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -254,7 +289,7 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
     return advantages, advantages
 
 
-@register_adv_est("rloo")
+@register_adv_est("rloo", groups=True)
 def compute_rloo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -276,7 +311,7 @@ def compute_rloo_outcome_advantage(
     return advantages, advantages
 
 
-@register_adv_est("opo")
+@register_adv_est("opo", groups=True)
 def compute_opo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -302,7 +337,7 @@ def compute_opo_outcome_advantage(
     return advantages, advantages
 
 
-@register_adv_est("gpg")
+@register_adv_est("gpg", groups=True)
 def compute_gpg_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,

@@ -14,6 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from verl.algorithms.advantages import estimator_needs
 from verl.config.backends import DTYPE_NAMES, backend_errors
 from verl.config.errors import ConfigError, short_repr
 from verl.config.reward_fns import term_config_problems
@@ -41,11 +42,6 @@ LR_SCHEDULERS = ("constant", "cosine")
 KL_CTRL_TYPES = ("fixed", "adaptive")
 BAD_ROW_POLICIES = ("fail", "skip")
 REWARD_ERROR_POLICIES = ("fail", "zero")
-GROUP_ESTIMATORS = ("grpo", "grpo_passk", "rloo", "opo", "gpg", "reinforce_plus_plus_baseline")
-"""``algorithm.adv_estimator`` values whose baseline comes from the other responses to the same prompt, so
-they need ``rollout.n >= 2`` (verl: "GRPO needs rollout.n > 1"). The others (gae, reinforce_plus_plus, remax)
-work with one response per prompt; ``tests/unit/test_config_values.py`` checks the two lists cover the
-registry."""
 
 ARR = "actor_rollout_ref"
 
@@ -358,7 +354,9 @@ def _algorithm_errors(errors: list[str], cfg: DictConfig) -> None:
     _rollout_correction_errors(
         errors, algo.rollout_correction, cfg.actor_rollout_ref.actor.recompute_old_log_prob
     )
-    if algo.adv_estimator in GROUP_ESTIMATORS and n == 1:
+    # an estimator whose baseline comes from the other responses to the same prompt (registered with
+    # groups=True) needs rollout.n >= 2 (verl: "GRPO needs rollout.n > 1")
+    if estimator_needs(algo.adv_estimator).groups and n == 1:
         errors.append(
             f"algorithm.adv_estimator={algo.adv_estimator} compares the responses to each prompt with each "
             f"other, so it needs {ARR}.rollout.n >= 2 (the group size); got 1: set rollout.n (e.g. 8), or use "

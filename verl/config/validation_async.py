@@ -9,6 +9,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from verl.algorithms.advantages import estimator_needs
 from verl.config.value_rules import check_at_least, check_choice
 
 ARR = "actor_rollout_ref"
@@ -73,7 +74,9 @@ def async_errors(errors: list[str], cfg: DictConfig) -> None:
         "LoRA (the rollout's copy would need the adapters merged)": arr.model.lora_rank > 0
         or arr.model.lora_adapter_path is not None,
         "DAPO's dynamic sampling (algorithm.filter_groups.enable)": cfg.algorithm.filter_groups.enable,
-        "ReMax's greedy baseline (algorithm.adv_estimator=remax)": cfg.algorithm.adv_estimator == "remax",
+        f"the greedy baseline of algorithm.adv_estimator={cfg.algorithm.adv_estimator}": estimator_needs(
+            cfg.algorithm.adv_estimator
+        ).greedy_baseline,
         "agent loops / multi-turn": _uses_agent_loop(arr.rollout),
         f"rollout.name={rollout_name} (the rollout role runs fast or hf)": rollout_name not in ("fast", "hf"),
         "rollout.mode=async (the rollout server)": arr.rollout.mode == "async",

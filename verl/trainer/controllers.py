@@ -7,6 +7,7 @@ import difflib
 import inspect
 from typing import Any
 
+from verl.algorithms import estimator_needs
 from verl.config.errors import ConfigError
 from verl.protocol import DataProto
 from verl.single_controller.flow import Controller
@@ -21,8 +22,11 @@ class GRPOController(Controller):
     ``verl run --controller GRPOController`` runs it."""
 
     def _build_dag(self, plan: StepPlan, step: int, prompts: DataProto, more: Any) -> StepResult:
-        if plan.critic or plan.algorithm.adv_estimator not in ("grpo", "grpo_passk", "rloo"):
-            raise ValueError("GRPOController runs critic-free group estimators (grpo, grpo_passk, rloo)")
+        if plan.critic or not estimator_needs(plan.algorithm.adv_estimator).groups:
+            raise ValueError(
+                "GRPOController runs critic-free group estimators (grpo, grpo_passk, rloo, ...); "
+                f"algorithm.adv_estimator={plan.algorithm.adv_estimator} is not one"
+            )
         return rl_step(self, plan, step, prompts, more)
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 
-from verl.algorithms import get_kl_controller
+from verl.algorithms import estimator_needs, get_kl_controller
 from verl.algorithms.rollout_correction import correction_enabled
 from verl.config import DerivedSizes, TrainerConfig
 from verl.config.backends import training_strategy
@@ -19,9 +19,10 @@ OldLogProbs = Literal["recompute", "from_rollout", "not_needed"]
 
 
 def critic_enabled(config: TrainerConfig) -> bool:
-    """Whether the run trains a critic: ``critic.enable``, or by default only for GAE (verl's rule)."""
+    """Whether the run trains a critic: ``critic.enable``, or by default when the estimator needs values (GAE;
+    verl's rule)."""
     if config.critic.enable is None:
-        return config.algorithm.adv_estimator == "gae"
+        return estimator_needs(config.algorithm.adv_estimator).critic
     return bool(config.critic.enable)
 
 
@@ -59,6 +60,9 @@ class StepPlan:
     """trainer.v1.trainer_mode=separate_async: batches the rollout role generates ahead (None: synchronous)"""
     streaming: str | None = None
     """fully async (staleness_threshold > 0) or colocate_async: what the rollout's pool holds (None: no pool)"""
+    source: Any = field(default=None, compare=False, repr=False)
+    """the :class:`verl.trainer.sources.BatchSource` the step takes its batch from, chosen by the trainer mode
+    (``verl.trainer.sources.source_for``; None: generate now)"""
 
     @classmethod
     def from_config(cls, config: TrainerConfig, sizes: DerivedSizes, total_steps: int) -> StepPlan:
@@ -69,7 +73,7 @@ class StepPlan:
             old_log_probs=_old_log_probs(config, sizes),
             ref=algo.use_kl_in_reward or actor.use_kl_loss,
             critic=critic_enabled(config),
-            remax_baseline=algo.adv_estimator == "remax",
+            remax_baseline=estimator_needs(algo.adv_estimator).greedy_baseline,
             refill_until_varied=algo.filter_groups.enable,
             balance=config.trainer.balance_batch and sizes.dp_size > 1,
             critic_warmup=config.trainer.critic_warmup,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,6 @@ from verl.models import tokenizer_for
 from verl.protocol import DataProto
 from verl.single_controller.errors import WorkerError
 from verl.single_controller.flow import Controller, DataChannel, Role
-from verl.trainer.async_step import ROLLOUT, SeparateAsyncStep, async_step_for
 from verl.trainer.checkpointing import Checkpointer, drop_metrics_after
 from verl.trainer.controllers import load_controller_class, load_step_function
 from verl.trainer.generations import (
@@ -50,7 +50,8 @@ from verl.trainer.plan import StepPlan
 from verl.trainer.prepare import check_inputs
 from verl.trainer.run_dir import VALIDATION_DIR, RunDirectory, RunPlan, write_run_config
 from verl.trainer.seed_api import apply_seed_arguments
-from verl.trainer.step import StepFn, rl_step
+from verl.trainer.sources import ROLLOUT, SyncSource, source_for
+from verl.trainer.step import StepFn
 from verl.utils.checkpoint import rng_state, set_rng_state
 from verl.utils.heap import TRIM_EVERY_STEPS, release_free_heap
 from verl.utils.precision import actor_compute_line
@@ -107,21 +108,13 @@ class RLTrainer:
             and needs_rule_fields(config)
         )
         self._build_datasets(builtin_reward)
-        self.plan = StepPlan.from_config(config, self.sizes, self.total_training_steps)
+        plan = StepPlan.from_config(config, self.sizes, self.total_training_steps)
+        # The one step takes its batch from the mode's source: generated now, ahead, or from a pool.
+        self.plan = replace(plan, source=source_for(config, plan))
         self.controller: Controller = load_controller_class(config.trainer.controller)(
             backend=config.trainer.backend, trace=config.trainer.trace
         )
         self.step_fn: StepFn = load_step_function(config.trainer.step, self.controller)
-        self.rollout_ahead: SeparateAsyncStep | None = None
-        mode = config.trainer.v1.trainer_mode
-        if mode in ("separate_async", "colocate_async"):
-            if self.step_fn is not rl_step:
-                raise ConfigError(
-                    f"trainer.v1.trainer_mode={mode} runs its own step (generation ahead of training); "
-                    "a trainer.step or a controller with its own _build_dag is for trainer_mode=sync"
-                )
-            self.rollout_ahead = async_step_for(config, self.plan)  # its depth is plan.rollout_ahead
-            self.step_fn = self.rollout_ahead
         self.global_steps = 0
         self.tracking: Tracking | None = None  # fit()'s trackers, which validation tables go to
         self._register_roles(
@@ -216,8 +209,19 @@ class RLTrainer:
         """Run RL step ``step`` (the step function, inside one traced DAG) and return its metrics."""
         self.global_steps = step
         start = time.perf_counter()
+        source = self.plan.source
+        asked = source.batches
         with self.controller.dag(f"step {step}"):
             result = self.step_fn(self.controller, self.plan, step, prompts, more)
+            if not isinstance(source, SyncSource) and source.batches == asked:
+                raise ConfigError(
+                    f"trainer.v1.trainer_mode={self.config.trainer.v1.trainer_mode}: the step function did not "
+                    "take its batch from the mode's source; a custom step calls "
+                    "verl.trainer.step.batch_source(plan).batch(flow, plan, step, prompts, more), as rl_step does"
+                )
+            source.step_done(
+                self.controller, self.plan, step
+            )  # asynchronous modes: the weights to the rollout
             metrics: dict[str, float] = {}
             for part in result.metrics:
                 metrics.update(_value(part))
@@ -381,8 +385,9 @@ class RLTrainer:
             "rng": rng_state(),
             "kl_ctrl": None if kl_ctrl is None else dict(vars(kl_ctrl)),
             "restarts": dict(self.controller.restarts),
-            # asynchronous: the batches generated ahead, waited for, so a resume trains exactly these
-            "rollout_ahead": None if self.rollout_ahead is None else self.rollout_ahead.state_dict(),
+            # the batch source's: in the asynchronous modes the batches in flight (waited for) and the pool,
+            # so a resume trains exactly what the uninterrupted run did
+            "batch_source": self.plan.source.state_dict(),
         }
 
     def _resume(self, checkpoint: Path) -> int:
@@ -392,8 +397,9 @@ class RLTrainer:
         if self.plan.kl_ctrl is not None and state["kl_ctrl"] is not None:
             vars(self.plan.kl_ctrl).update(state["kl_ctrl"])
         self.controller.restarts.update(state.get("restarts", {}))
-        if self.rollout_ahead is not None and state.get("rollout_ahead") is not None:
-            self.rollout_ahead.load_state_dict(state["rollout_ahead"])
+        source_state = state.get("batch_source", state.get("rollout_ahead"))  # (the key before the sources)
+        if source_state:
+            self.plan.source.load_state_dict(source_state)
         # Last: in-process, the workers share this process's generators, set to the same saved state.
         set_rng_state(state["rng"])
         return int(state["global_step"])

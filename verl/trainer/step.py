@@ -1,14 +1,17 @@
 """One RL step, in verl's order, as one function over the trainer's :class:`Controller`.
 
-    generate → score ∥ old log-probs ∥ reference log-probs ∥ values → advantages → critic → actor
+    batch (from the mode's source) → score ∥ old log-probs ∥ reference log-probs ∥ values → advantages → critic → actor
 
 Every role call is visible in :func:`rl_step`. ``flow.call`` declares a call and returns a channel
 (a future) at once; the controller runs each call as soon as its inputs are ready, so scoring, the
 log-prob passes and the critic's values overlap without any thread in sight. ``flow.driver`` runs a
-function in the driver the same way. What a step does is decided once, in the :class:`StepPlan`.
+function in the driver the same way. What a step does is decided once, in the :class:`StepPlan`; where
+its batch comes from (generated now, ahead by a rollout role, or from a streaming pool) is the plan's batch
+source (:mod:`verl.trainer.sources`), the only thing a trainer mode changes.
 
 A custom step is a function with :func:`rl_step`'s signature, named in the config
-(``trainer.step=my_file.py:my_step``); it may call the helpers below.
+(``trainer.step=my_file.py:my_step``); it may call the helpers below. ``batch_source(plan).batch(...)`` gives
+it the batch in every mode; ``generate_groups`` generates now (``trainer_mode=sync``).
 """
 
 from __future__ import annotations
@@ -17,14 +20,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from verl.balancing import balance_across_ranks
 from verl.protocol import DataProto
 from verl.single_controller.flow import Controller, DataChannel
 from verl.trainer.advantage import compute_advantages
+from verl.trainer.groups import groups_of, repeat_with_baselines, with_group_ids
 from verl.trainer.plan import StepPlan
+from verl.trainer.sources import BatchSource, SyncSource, generate_groups
 from verl.workers.requests import UpdateRequest
+
+__all__ = [  # (the group helpers and generate_groups are importable from here, where custom steps find them)
+    "StepFn", "StepResult", "balance_tokens", "batch_source", "generate_groups", "groups_of",
+    "refill_until_varied", "repeat_with_baselines", "rl_step", "train_on", "varied_groups", "with_group_ids",
+]  # fmt: skip
 
 
 @dataclass
@@ -42,9 +50,15 @@ StepFn = Callable[[Controller, StepPlan, int, DataProto, Iterator[DataProto]], S
 def rl_step(
     flow: Controller, plan: StepPlan, step: int, prompts: DataProto, more: Iterator[DataProto]
 ) -> StepResult:
-    """RL step ``step`` on a batch of ``prompts`` (``more`` supplies further prompts to dynamic sampling)."""
-    batch = generate_groups(flow, plan, prompts, tag=f"{step}-0")
-    return train_on(flow, plan, step, batch, more)
+    """RL step ``step``: the batch from the mode's source (generated now from ``prompts``, or ahead by the
+    rollout role, or from the streaming pool), then training on it (``more`` supplies further prompts)."""
+    batch, metrics = batch_source(plan).batch(flow, plan, step, prompts, more)
+    return train_on(flow, plan, step, batch, more, metrics)
+
+
+def batch_source(plan: StepPlan) -> BatchSource:
+    """The plan's batch source (the trainer sets one per mode); a plan without one generates now."""
+    return plan.source if plan.source is not None else SyncSource()
 
 
 def train_on(
@@ -56,7 +70,7 @@ def train_on(
     metrics: list[DataChannel | dict[str, float]] | None = None,
 ) -> StepResult:
     """Everything of the step after generation: score ∥ old log-probs ∥ reference ∥ values → advantages →
-    critic → actor. (The asynchronous step trains here on a batch the rollout role generated ahead.)"""
+    critic → actor, on a batch from any source."""
     metrics = [] if metrics is None else metrics
     if plan.refill_until_varied:  # DAPO: keep groups whose rewards differ, generate more until full
         batch, refill_metrics = refill_until_varied(flow, plan, step, batch, more)
@@ -93,41 +107,6 @@ def train_on(
     return StepResult(batch, metrics)
 
 
-def generate_groups(flow: Controller, plan: StepPlan, prompts: DataProto, tag: str) -> DataChannel:
-    """Give each prompt a uid (its group), repeat it ``plan.n`` times and sample the responses.
-
-    ReMax (Li et al. 2023, arXiv 2310.10505): first one greedy response per prompt, whose reward becomes
-    the baseline of the prompt's group (``reward_baselines``).
-    """
-    prompts = with_group_ids(prompts, tag)
-    if plan.remax_baseline:
-        greedy = flow.call(
-            "actor_rollout", "generate_sequences", prompts=prompts, validate=True, name="gen_max"
-        )
-        greedy_scores = flow.call("reward", "compute_score", data=greedy, validate=True, name="reward_max")
-        groups = flow.driver(
-            repeat_with_baselines, name="remax_baseline", prompts=prompts, scores=greedy_scores, n=plan.n
-        )
-    else:
-        groups = prompts.repeat(plan.n, interleave=True)
-    return flow.call("actor_rollout", "generate_sequences", prompts=groups, name="gen")
-
-
-def with_group_ids(prompts: DataProto, tag: str) -> DataProto:
-    """A copy of ``prompts`` with a ``uid`` per prompt, ``<tag>-<row>``: the group of its responses."""
-    prompts = prompts.select()
-    prompts.non_tensor_batch["uid"] = np.array([f"{tag}-{i}" for i in range(len(prompts))], dtype=object)
-    return prompts
-
-
-def repeat_with_baselines(prompts: DataProto, scores: DataProto, n: int) -> DataProto:
-    """Each prompt ``n`` times, consecutively, with its greedy response's reward as ``reward_baselines``."""
-    baselines = scores.batch["token_level_scores"].sum(-1).repeat_interleave(n)
-    groups = prompts.repeat(n, interleave=True)
-    groups.batch["reward_baselines"] = baselines
-    return groups
-
-
 def balance_tokens(batch: DataProto, parts: int) -> dict[str, Any]:
     """Driver step: a reordered copy of ``batch`` whose ``parts`` contiguous shares hold about the same
     number of tokens, and the ``global_seqlen/*`` metrics (channel values are never changed in place)."""
@@ -162,7 +141,7 @@ def refill_until_varied(
                 "lower data.train_batch_size, or check that the task is neither too easy nor too hard for "
                 "the model"
             )
-        batch = generate_groups(flow, plan, next(more), tag=f"{step}-{generated}")
+        batch = batch_source(plan).refill(flow, plan, step, next(more), attempt=generated)
     # Groups are contiguous (interleaved repeat), so the first train_batch_size * n rows are whole groups.
     full = DataProto.concat(kept)[: plan.train_batch_size * plan.n]
     return full, {"train/num_gen_batches": float(generated)}

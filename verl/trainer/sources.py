@@ -1,20 +1,21 @@
-"""The RL step of ``trainer.v1.trainer_mode=separate_async``: the rollout role generates ahead of the trainer.
+"""Batch sources: where the one RL step (:func:`verl.trainer.step.rl_step`) takes the batch it trains on.
 
-verl's one-step-off order, generalised to ``num_warmup_batches`` = W batches ahead::
+The step is the same in every trainer mode; the mode (``trainer.v1.trainer_mode``, ``async_training``)
+only chooses the source:
 
-    step s:  rollout ← generate(batch s+W)        (queued behind the weights of step s-1)
-             batch s ← the rollout's earlier answer (waiting only if it is not finished)
-             train on batch s                     (score ∥ log-probs → advantages → critic → actor)
-             rollout ← the actor's weights after step s
+- :class:`SyncSource` (``sync``): generate the step's groups now, on the actor's workers (verl's hybrid
+  engine), with ReMax's greedy baseline first when the estimator needs it.
+- :class:`AheadSource` (``separate_async``): a rollout role of its own generates ``num_warmup_batches``
+  batches ahead; after each update the actor's weights are copied to it (verl's one-step-off order,
+  generalised to W batches ahead).
+- :class:`PoolSource` (``separate_async`` with ``async_training.staleness_threshold`` > 0, and
+  ``colocate_async``): prompts go into a streaming pool, each batch is the first groups to finish,
+  unfinished generations carry over the weight updates (partial rollouts, each token's version kept).
 
-The rollout role does one thing at a time, in the order the calls were declared, so generation of batch
-s+W overlaps the training of batch s, and batch s+W is drawn by the policy of step s-1: W versions older
-than the one it trains (W = 0 is the synchronous trainer, computed by another worker). Each sample carries
-its version (``max_global_steps``), and the step logs verl's staleness metrics.
-
-:class:`StreamingAsyncStep` is the streaming variant (``async_training.staleness_threshold`` > 0, and
-``colocate_async`` on the actor's own workers): batches are the first groups of a pool of generations to
-finish, and unfinished generations carry over, across weight updates.
+A source is asked for a batch (:meth:`BatchSource.batch`), for more groups by DAPO's dynamic sampling
+(:meth:`BatchSource.refill`), is told when the step's update is declared (:meth:`BatchSource.step_done`:
+the weight sync), and checkpoints its own state (:meth:`BatchSource.state_dict`), so a resume trains
+exactly what the uninterrupted run did in every mode. Groups are formed by :mod:`verl.trainer.groups`.
 """
 
 from __future__ import annotations
@@ -29,30 +30,107 @@ import numpy as np
 
 from verl.protocol import DataProto
 from verl.single_controller.flow import Controller, DataChannel
+from verl.trainer.groups import groups_of, repeat_with_baselines, with_group_ids
 from verl.trainer.plan import StepPlan
-from verl.trainer.step import StepResult, train_on, with_group_ids
 
 ROLLOUT = "rollout"
 """the role name of the separate rollout workers"""
 
+Metrics = list[DataChannel | dict[str, float]]
 
-class SeparateAsyncStep:
-    """The step function (``fn(flow, plan, step, prompts, more)``) with the batches in flight between steps.
+
+def generate_groups(
+    flow: Controller, plan: StepPlan, prompts: DataProto, tag: str, role: str = "actor_rollout"
+) -> DataChannel:
+    """Give each prompt a uid (its group), repeat it ``plan.n`` times and sample the responses on ``role``.
+
+    ReMax (Li et al. 2023, arXiv 2310.10505): first one greedy response per prompt, whose reward becomes
+    the baseline of the prompt's group (``reward_baselines``).
+    """
+    if not plan.remax_baseline:
+        return flow.call(role, "generate_sequences", prompts=groups_of(prompts, plan.n, tag), name="gen")
+    prompts = with_group_ids(prompts, tag)
+    greedy = flow.call(role, "generate_sequences", prompts=prompts, validate=True, name="gen_max")
+    greedy_scores = flow.call("reward", "compute_score", data=greedy, validate=True, name="reward_max")
+    groups = flow.driver(
+        repeat_with_baselines, name="remax_baseline", prompts=prompts, scores=greedy_scores, n=plan.n
+    )
+    return flow.call(role, "generate_sequences", prompts=groups, name="gen")
+
+
+class BatchSource:
+    """Where the step's batch comes from. ``batches`` counts the batches handed out (a custom step in an
+    asynchronous mode that never asks is refused after its first step)."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+
+    def batch(
+        self, flow: Controller, plan: StepPlan, step: int, prompts: DataProto, more: Iterator[DataProto]
+    ) -> tuple[DataChannel | DataProto, Metrics]:
+        """The groups step ``step`` trains on (``prompts`` are the step's prompts of the data order; ``more``
+        the prompts after them), and metric dicts about how they were made."""
+        self.batches += 1
+        return self._batch(flow, plan, step, prompts, more)
+
+    def _batch(
+        self, flow: Controller, plan: StepPlan, step: int, prompts: DataProto, more: Iterator[DataProto]
+    ) -> tuple[DataChannel | DataProto, Metrics]:
+        raise NotImplementedError
+
+    def refill(
+        self, flow: Controller, plan: StepPlan, step: int, prompts: DataProto, attempt: int
+    ) -> DataChannel:
+        """DAPO's dynamic sampling: groups of further ``prompts``, generated now (``attempt``: 1, 2, ...)."""
+        return generate_groups(flow, plan, prompts, tag=f"{step}-{attempt}")
+
+    def step_done(self, flow: Controller, plan: StepPlan, step: int) -> None:
+        """The step's update is declared: what the source does after it (the asynchronous weight sync)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+class SyncSource(BatchSource):
+    """``trainer_mode=sync``: the step's groups are generated now, by the policy being trained."""
+
+    def _batch(
+        self, flow: Controller, plan: StepPlan, step: int, prompts: DataProto, more: Iterator[DataProto]
+    ) -> tuple[DataChannel, Metrics]:
+        return generate_groups(flow, plan, prompts, tag=f"{step}-0"), []
+
+
+class AheadSource(BatchSource):
+    """``trainer_mode=separate_async``: the rollout role generates W = ``plan.rollout_ahead`` batches ahead::
+
+        step s:  rollout ← generate(batch s+W)        (queued behind the weights of step s-1)
+                 batch s ← the rollout's earlier answer (waiting only if it is not finished)
+                 (the step trains on batch s)
+                 rollout ← the actor's weights after step s
+
+    The rollout role does one thing at a time, in the order the calls were declared, so generation of batch
+    s+W overlaps the training of batch s, and batch s+W is drawn by the policy of step s-1: W versions older
+    than the one it trains (W = 0 is the synchronous trainer, computed by another worker). Each sample
+    carries its version (``max_global_steps``), and the step logs verl's staleness metrics.
 
     ``pending`` holds the batches generated ahead, oldest first: channels of the rollout role, or batches
-    restored from a checkpoint. The trainer's loop hands each step the next prompts of the data order; the
-    first step also takes W more from ``more``, so every batch is trained in data order.
+    restored from a checkpoint. The first step also takes W more prompts batches from ``more``, so every
+    batch is trained in data order.
     """
 
     def __init__(self) -> None:
+        super().__init__()
         self.pending: deque[DataChannel | DataProto] = deque()
         self._last_sync: DataChannel | None = None
         self._primed = False
         self._flow: Controller | None = None
 
-    def __call__(
+    def _batch(
         self, flow: Controller, plan: StepPlan, step: int, prompts: DataProto, more: Iterator[DataProto]
-    ) -> StepResult:
+    ) -> tuple[DataProto, Metrics]:
         self._flow = flow
         if not self._primed:  # the rollout starts from the actor's weights (a resume's included)
             self._prime(flow)
@@ -77,10 +155,11 @@ class SeparateAsyncStep:
         metrics.update(self._batch_metrics(batch, step))
         if self._last_sync is not None and self._last_sync.ready():
             metrics["timing_s/update_weights"] = flow.seconds(self._last_sync)
-        result = train_on(flow, plan, step, batch, more, [metrics])
+        return batch, [metrics]
+
+    def step_done(self, flow: Controller, plan: StepPlan, step: int) -> None:
         self._before_sync(flow, step)
         self._sync_weights(flow, version=step)
-        return result
 
     def _prime(self, flow: Controller) -> None:
         """Before the first weight sync (at the start, or of a resumed run)."""
@@ -104,7 +183,7 @@ class SeparateAsyncStep:
         """After the step's update is declared, before the rollout takes the new weights."""
 
     def _generate(self, flow: Controller, plan: StepPlan, step: int, prompts: DataProto) -> None:
-        groups = with_group_ids(prompts, f"{step}-0").repeat(plan.n, interleave=True)
+        groups = groups_of(prompts, plan.n, f"{step}-0")
         self.pending.append(
             flow.call(ROLLOUT, "generate_sequences", prompts=groups, name="generate_async", background=True)
         )
@@ -117,8 +196,6 @@ class SeparateAsyncStep:
             ROLLOUT, "set_weights", weights=weights, version=version, name="update_weights", background=True
         )
 
-    # ------------------------------------------------------------------ checkpoints
-
     def state_dict(self) -> dict[str, Any]:
         """The batches in flight, finished (a checkpoint waits for them): a resume trains exactly these."""
         return {"pending": [_finished(b) for b in self.pending]}
@@ -127,37 +204,7 @@ class SeparateAsyncStep:
         self.pending = deque(state.get("pending", []))
 
 
-def async_step_for(config: Any, plan: StepPlan) -> SeparateAsyncStep:
-    """The step of ``trainer_mode=separate_async`` (streaming when ``async_training.staleness_threshold`` > 0)
-    or of ``colocate_async`` (the actor's own pool)."""
-    fully = config.async_training
-    v1 = config.trainer.v1
-    if v1.trainer_mode == "colocate_async":  # verl's: num_warmup_batches more batches in flight
-        return StreamingAsyncStep(
-            extra=v1.colocate_async.num_warmup_batches * plan.train_batch_size,
-            partial_rollout=True,
-            max_staleness=int(v1.sampler.max_off_policy_threshold),
-            colocated=True,
-        )
-    if fully.staleness_threshold <= 0:
-        return SeparateAsyncStep()
-    return StreamingAsyncStep(
-        extra=math.ceil(fully.staleness_threshold * plan.train_batch_size),
-        partial_rollout=bool(fully.partial_rollout),
-        max_staleness=int(config.trainer.v1.sampler.max_off_policy_threshold),
-    )
-
-
-def _finished(batch: DataChannel | DataProto) -> DataProto:
-    return batch if isinstance(batch, DataProto) else _one_rank(batch.get())
-
-
-def _one_rank(answer: DataProto | list[DataProto]) -> DataProto:
-    """The batch of a call to a one-rank role, or rank 0's of a ONE_TO_ALL call (every rank's is the same)."""
-    return answer[0] if isinstance(answer, list) else answer
-
-
-class StreamingAsyncStep(SeparateAsyncStep):
+class PoolSource(AheadSource):
     """Fully asynchronous training (``async_training.staleness_threshold`` > 0): the rollout streams.
 
     verl's fully-async trainer lets the rollout generate up to (1 + staleness_threshold) x the prompts of a
@@ -172,7 +219,7 @@ class StreamingAsyncStep(SeparateAsyncStep):
         step s:  rollout <- submit prompts up to batch s+W plus `extra`     (W = num_warmup_batches)
                  rollout <- collect(the first train_batch_size groups)      (batch s+W)
                  batch s <- the rollout's earlier collect
-                 train on batch s
+                 (the step trains on batch s)
                  rollout <- finish_started()                                (partial_rollout=False only)
                  rollout <- the actor's weights after step s
 
@@ -234,7 +281,7 @@ class StreamingAsyncStep(SeparateAsyncStep):
             parts.append(head)
             count -= len(head)
         prompts = DataProto.concat(parts) if len(parts) > 1 else parts[0]
-        groups = with_group_ids(prompts, f"p{self.submitted}").repeat(plan.n, interleave=True)
+        groups = groups_of(prompts, plan.n, f"p{self.submitted}")
         self.submitted += len(prompts)
         flow.call(self.role, "submit", prompts=groups, name="submit", background=True)
 
@@ -285,6 +332,38 @@ class StreamingAsyncStep(SeparateAsyncStep):
         self.submitted = int(state["submitted"])
         self.stale_samples = int(state["stale_samples"])
         self._pool_state = state["pool"]
+
+
+def source_for(config: Any, plan: StepPlan) -> BatchSource:
+    """The source of ``trainer.v1.trainer_mode``: sync, separate_async (streaming when
+    ``async_training.staleness_threshold`` > 0) or colocate_async (the actor's own pool)."""
+    fully = config.async_training
+    v1 = config.trainer.v1
+    if v1.trainer_mode == "colocate_async":  # verl's: num_warmup_batches more batches in flight
+        return PoolSource(
+            extra=v1.colocate_async.num_warmup_batches * plan.train_batch_size,
+            partial_rollout=True,
+            max_staleness=int(v1.sampler.max_off_policy_threshold),
+            colocated=True,
+        )
+    if v1.trainer_mode != "separate_async":
+        return SyncSource()
+    if fully.staleness_threshold <= 0:
+        return AheadSource()
+    return PoolSource(
+        extra=math.ceil(fully.staleness_threshold * plan.train_batch_size),
+        partial_rollout=bool(fully.partial_rollout),
+        max_staleness=int(v1.sampler.max_off_policy_threshold),
+    )
+
+
+def _finished(batch: DataChannel | DataProto) -> DataProto:
+    return batch if isinstance(batch, DataProto) else _one_rank(batch.get())
+
+
+def _one_rank(answer: DataProto | list[DataProto]) -> DataProto:
+    """The batch of a call to a one-rank role, or rank 0's of a ONE_TO_ALL call (every rank's is the same)."""
+    return answer[0] if isinstance(answer, list) else answer
 
 
 def staleness_metrics(batch: DataProto, step: int) -> dict[str, float]:
