@@ -1,2 +1,2 @@
-"""Benchmarks of verl, kept out of the library package: ``benchmarks.harness`` is what ``verl bench`` runs
-(from a source checkout); the other modules here are standalone scripts."""
+"""Benchmarks of verl: standalone scripts. What they share with ``verl bench`` (the harness that measures a
+case in its own process, the bench models, the step runner) is the library's :mod:`verl.bench`."""

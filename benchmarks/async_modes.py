@@ -48,6 +48,9 @@ MODES = {
     "stream0": [ASYNC, "async_training.staleness_threshold=0.5", "trainer.v1.separate_async.num_warmup_batches=0"],
     # the pool on the actor's own workers: one batch more in flight, the slowest carried over the update
     "colocate": ["trainer.v1.trainer_mode=colocate_async"],
+    # vLLM as the engine: on the actor's workers (sync), or in the separate rollout role's process, one ahead
+    "sync_vllm": ["actor_rollout_ref.rollout.name=vllm"],
+    "ahead1_vllm": [ASYNC, "trainer.v1.separate_async.num_warmup_batches=1", "actor_rollout_ref.rollout.name=vllm"],
 }  # fmt: skip
 
 
@@ -139,6 +142,7 @@ def run(mode: str, base: list[str], steps: int, out: Path, backend: str) -> dict
         "wait_s": median("timing_s/gen"),
         "generate_s": median("timing_s/generate_async") or median("timing_s/gen"),
         "update_s": median("timing_s/update_actor"),
+        "idle_s": median("timing_s/rollout_idle"),
         "staleness": median("training/off_policy/trajectory_staleness/mean") or 0.0,
         "length": median("response_length/mean"),
         "partial": median("fully_async/partial/partial_ratio"),
@@ -163,17 +167,18 @@ def main() -> int:
     print(f"setting {args.setting}, {args.steps} steps, seed {args.seed}, backend {args.backend}")
     print(
         "| mode | step (median) | x 100 steps | run wall time | trainer waits | generation | update | staleness "
-        "| response length | partial | held-out start -> end |"
+        "| rollout idle | response length | partial | held-out start -> end |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for mode in args.modes.split(","):
         r = run(
             mode, base, args.steps, work / "runs" / args.setting / f"{mode}-seed{args.seed}", args.backend
         )
         start = f"{r['start']:.1f}%" if r["start"] is not None else "-"
+        idle = f"{r['idle_s']:.3f} s" if r["idle_s"] is not None else "-"
         print(
             f"| {mode} | {r['step_s']:.3f} s | {100 * r['step_s']:.1f} s | {r['wall_s']:.0f} s | {r['wait_s']:.3f} s "
-            f"| {r['generate_s']:.3f} s | {r['update_s']:.3f} s | {r['staleness']:.2f} | {r['length']:.1f} "
+            f"| {r['generate_s']:.3f} s | {r['update_s']:.3f} s | {r['staleness']:.2f} | {idle} | {r['length']:.1f} "
             f"| {100 * (r['partial'] or 0):.0f}% | {start} -> {r['end']:.1f}% |",
             flush=True,
         )

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.harness.common import load_average, machine_info, write_task_data
-from benchmarks.harness.measure import Case
-from benchmarks.harness.models import default_specs, prepare_model
-from benchmarks.harness.step import step_config, step_runner
+from verl.bench.common import load_average, machine_info, write_task_data
+from verl.bench.measure import Case
+from verl.bench.models import default_specs, prepare_model
+from verl.bench.step import step_config, step_runner
 from verl.trainer.rl_trainer import RLTrainer
 
 DTYPE_KEY = "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype"

@@ -30,7 +30,10 @@ RUNS: dict[str, list[str]] = {
     "gpg": ["algorithm.adv_estimator=gpg", "actor_rollout_ref.actor.policy_loss.loss_mode=gpg"],
     "grpo_kl": ["actor_rollout_ref.actor.use_kl_loss=true", "algorithm.use_kl_in_reward=true"],
     "dapo": ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.max_num_gen_batches=0"],
-    "separate_async": ["trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.num_warmup_batches=1"],
+    "separate_async": [
+        "trainer.v1.trainer_mode=separate_async",
+        "trainer.v1.separate_async.num_warmup_batches=1",
+    ],
     "streaming": [
         "trainer.v1.trainer_mode=separate_async",
         "trainer.v1.separate_async.num_warmup_batches=1",
@@ -53,7 +56,10 @@ def run_all(out: Path, names: list[str]) -> None:
     work = Path(tempfile.mkdtemp(prefix="step-parity-"))
     model = make_tiny_model(work / "model", hidden_size=64, num_hidden_layers=2, intermediate_size=128)
     train, test = write_arithmetic_dataset(work / "data", max_operand=9, holdout_frac=0.2, seed=0)
-    fp32 = [f"{s}.fsdp_config.mixed_precision.param_dtype=fp32" for s in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model")]
+    fp32 = [
+        f"{s}.fsdp_config.mixed_precision.param_dtype=fp32"
+        for s in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model")
+    ]
     for name in names:
         run_dir = out / name
         config = load_config(
@@ -92,7 +98,11 @@ def differences(a: Path, b: Path) -> list[str]:
         keys_b = {k for k in rb if not k.startswith(SKIP)}
         if keys_a != keys_b:
             found.append(f"step {ra.get('step')}: keys on one side only: {sorted(keys_a ^ keys_b)}")
-        found += [f"step {ra.get('step')}: {k} {ra[k]!r} vs {rb[k]!r}" for k in sorted(keys_a & keys_b) if ra[k] != rb[k]]
+        found += [
+            f"step {ra.get('step')}: {k} {ra[k]!r} vs {rb[k]!r}"
+            for k in sorted(keys_a & keys_b)
+            if ra[k] != rb[k]
+        ]
     return found
 
 

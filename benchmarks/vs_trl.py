@@ -17,7 +17,7 @@ function on both sides (``benchmarks/vs_trl_reward.py``: partial credit on the l
 have signal).
 
 verl's side is ``RLTrainer`` built from the default recipe (``verl run --config grpo``: what
-``benchmarks/harness/step.py`` runs) with only the model, the data, the batch sizes, the response length and
+``verl/bench/step.py`` runs) with only the model, the data, the batch sizes, the response length and
 the reward function given; its threads, engine, attention and precision are the recipe's (``--ours-override``
 changes any key). TRL's side is ``GRPOTrainer`` on CPU (``use_cpu``, ``report_to=none``, no vLLM: transformers'
 ``generate``) with ``per_device_train_batch_size`` = prompts x samples, ``num_generations`` = samples,
@@ -161,10 +161,10 @@ def summarize(steps: Sequence[dict[str, Any]], warmup: int) -> dict[str, Any]:
 
 class CpuShare:
     """The share of the machine's CPUs other processes used between ``start()`` and ``stop()``
-    (:class:`benchmarks.harness.measure.ContentionMeter`, started and stopped from callbacks)."""
+    (:class:`verl.bench.measure.ContentionMeter`, started and stopped from callbacks)."""
 
     def __init__(self) -> None:
-        from benchmarks.harness.measure import ContentionMeter
+        from verl.bench.measure import ContentionMeter
 
         self.meter = ContentionMeter()
         self.others_pct: float | None = None
@@ -213,7 +213,7 @@ def ours_overrides(model_path: str, data_dir: str, s: Settings, out_dir: str) ->
     """What verl's side gives on top of the default recipe: the model, the data (the first ``s.pool`` prompts,
     in file order), the batch sizes (one optimizer step per RL step), the response length, the shared reward.
     Not the threads, the engine, the attention or the precision: those stay the recipe's."""
-    from benchmarks.harness.common import prompt_width
+    from verl.bench.common import prompt_width
 
     data = Path(data_dir)
     return [
@@ -237,7 +237,7 @@ def ours_overrides(model_path: str, data_dir: str, s: Settings, out_dir: str) ->
 
 
 def ours_config(model_path: str, data_dir: str, s: Settings, out_dir: str, extra: Sequence[str] = ()) -> Any:
-    from benchmarks.harness.common import recipe_config
+    from verl.bench.common import recipe_config
 
     return recipe_config([*ours_overrides(model_path, data_dir, s, out_dir), *extra])
 
@@ -245,7 +245,7 @@ def ours_config(model_path: str, data_dir: str, s: Settings, out_dir: str, extra
 def child_ours(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    from benchmarks.harness.step import step_runner
+    from verl.bench.step import step_runner
     from verl.trainer.rl_trainer import RLTrainer
 
     s = Settings(**spec["settings"])
@@ -549,7 +549,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
     )
-    p.add_argument("--models", default="4m", help="comma list of bench models (benchmarks/harness/models.py)")
+    p.add_argument("--models", default="4m", help="comma list of bench models (verl/bench/models.py)")
     p.add_argument("--steps", type=int, default=8, help="timed steps per side (median over them)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps before them")
     p.add_argument("--prompts", type=int, default=8, help="prompts per step")
@@ -607,9 +607,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.child:
         return child_main(args.child, args.child_out)
 
-    from benchmarks.harness.common import load_average, machine_info, write_task_data
-    from benchmarks.harness.measure import BUSY_PCT, wait_for_idle
-    from benchmarks.harness.models import ModelUnavailable, default_specs, prepare_model
+    from verl.bench.common import load_average, machine_info, write_task_data
+    from verl.bench.measure import BUSY_PCT, wait_for_idle
+    from verl.bench.models import ModelUnavailable, default_specs, prepare_model
 
     trl_args = parse_kv(args.trl_arg, "--trl-arg")
     parse_kv(args.ours_override, "--ours-override")  # checked here, passed on as given

@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Controller": "verl.single_controller.flow",
     "DataChannel": "verl.single_controller.flow",
-    "Role": "verl.single_controller.flow",
+    "Role": "verl.single_controller.role",
     "StepError": "verl.single_controller.flow",
     "Worker": "verl.single_controller.worker",
     "register": "verl.single_controller.worker",

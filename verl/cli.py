@@ -11,6 +11,7 @@ import sys
 import time
 
 import verl
+from verl.command_line import config_source, debug_requested, recipe_lines
 
 
 def _quiet_libraries() -> None:
@@ -50,33 +51,6 @@ def _headline_line(key: str, before: float | None, after: float | None, trained:
     return line
 
 
-def _config_source(args: argparse.Namespace) -> str | None:
-    """``--config`` or verl's Hydra pair ``--config-path DIR --config-name NAME`` (a file ``DIR/NAME.yaml``;
-    a name alone is one of our recipes: ``ppo_trainer`` holds verl's defaults). verl's scripts pass
-    ``--config-path=config``, which Hydra reads next to verl's own module: a relative directory that is not
-    here falls back to the recipes of that name."""
-    from verl.config import ConfigError
-    from verl.config.loader import list_recipes
-
-    path, name = getattr(args, "config_path", None), getattr(args, "config_name", None)
-    if path is None and name is None:
-        return args.config
-    if args.config is not None:
-        raise ConfigError("give either --config or verl's --config-path / --config-name, not both")
-    if name is None:
-        raise ConfigError(f"--config-path {path} needs --config-name (the YAML file in it, e.g. ppo_trainer)")
-    stem = name[: -len(".yaml")] if name.endswith(".yaml") else name
-    if "megatron" in stem:
-        raise ConfigError(f"--config-name {name}: Megatron training is not built here; use ppo_trainer")
-    if path is not None:
-        file = os.path.join(os.path.expanduser(path), f"{stem}.yaml")
-        if os.path.isfile(file):
-            return file
-        if os.path.isabs(os.path.expanduser(path)) or stem not in list_recipes():
-            raise ConfigError(f"--config-path {path} --config-name {name}: no file {file}")
-    return stem
-
-
 def _print_config(config, plan_lines: list[str], recipe: list[str] = ()) -> None:
     """The resolved config as YAML, then as YAML comments: the recipe, what is built for it and how verl's keys
     were read."""
@@ -103,37 +77,6 @@ def report_notices(config) -> None:
             print(f"  - {line}", file=sys.stderr)
 
 
-SETTINGS_SHOWN = (
-    ("data.train_batch_size", "prompts/step"),
-    ("actor_rollout_ref.rollout.n", "samples/prompt"),
-    ("data.max_prompt_length", "prompt tokens"),
-    ("data.max_response_length", "response tokens"),
-    ("actor_rollout_ref.actor.ppo_mini_batch_size", "prompts/optimizer step"),
-    ("actor_rollout_ref.actor.optim.lr", "lr"),
-    ("actor_rollout_ref.actor.optim.lr_warmup_steps", "warm-up steps"),
-    ("actor_rollout_ref.model.attn_implementation", "attention"),
-    ("trainer.torch_threads", "torch threads"),
-)
-"""the settings the start-up log shows: the ones a recipe tuned for one model gets wrong for another"""
-
-
-def recipe_lines(config_source: str | None, overrides: list[str], config) -> list[str]:
-    """Which recipe a run uses and why, and the settings that most depend on it (for the start-up log)."""
-    from omegaconf import OmegaConf
-
-    from verl.config import TrainerConfig
-    from verl.config.loader import default_recipe
-
-    if config_source is None:
-        name, why = default_recipe(TrainerConfig, overrides)
-        head = f"recipe: {name} ({why})"
-    else:
-        head = f"recipe: {config_source}"
-    values = ((label, OmegaConf.select(config, key)) for key, label in SETTINGS_SHOWN)
-    shown = ", ".join(f"{label} {'default' if value is None else value}" for label, value in values)
-    return [head, f"settings: {shown}"]
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from verl.config import TrainerConfig, load_config
     from verl.config.loader import default_recipe
@@ -149,7 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides.append(f"trainer.step={args.step}")
     if args.trace:
         overrides.append("trainer.trace=true")
-    source = _config_source(args)
+    source = config_source(args)
     # Without --config the command line chooses: the demo, or verl's defaults for the user's model or data.
     config = load_config(source or default_recipe(TrainerConfig, overrides)[0], overrides)
     recipe = recipe_lines(source, overrides, config)
@@ -203,7 +146,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
     from verl.config import SFTConfig, load_config
     from verl.trainer.sft_trainer import run_sft
 
-    config = load_config(_config_source(args), args.overrides, schema=SFTConfig)
+    config = load_config(config_source(args), args.overrides, schema=SFTConfig)
     if args.print_config:
         _print_config(config, [])
         return 0
@@ -239,22 +182,7 @@ def cmd_model_fetch(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    # The harness lives in the source checkout (benchmarks/harness/), not in the installed package: the
-    # repository root is the parent of the verl package directory in an editable install.
-    from pathlib import Path
-
-    root = Path(verl.__file__).resolve().parent.parent
-    if not (root / "benchmarks" / "harness" / "__init__.py").is_file():
-        print(
-            f"verl bench: the benchmark harness (benchmarks/harness/) is not next to the verl package "
-            f"({root}); it ships with the source checkout only: clone the repository and install it "
-            "with `pip install -e .`",
-            file=sys.stderr,
-        )
-        return 2
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    from benchmarks.harness import run_cli
+    from verl.bench import run_cli
 
     return run_cli(
         args.models,
@@ -446,10 +374,6 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise Terminated()
 
 
-def _debug(args: argparse.Namespace) -> bool:
-    return bool(getattr(args, "debug", False)) or os.environ.get("VERL_DEBUG", "") not in ("", "0")
-
-
 def _on_sigint(signum: int, frame: object) -> None:
     """First Ctrl-C: unwind (KeyboardInterrupt: the lock is released, workers stop). A second one while
     that cleanup runs: leave at once (the OS drops the lock; checkpoints are whole or unfinished)."""
@@ -518,19 +442,19 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return args.func(args)
         except UserError as e:
-            if _debug(args):
+            if debug_requested(args):
                 raise
             print(f"{e.label}: {e}", file=sys.stderr)
             return e.exit_code
         except (StepError, WorkerError) as e:
             # A failed step, or a worker call outside the DAG's steps (a checkpoint save, validation): the
             # message names the role, the rank, the node and the cause; the worker's stack trace is in the log.
-            if _debug(args):
+            if debug_requested(args):
                 raise
             print(f"run failed: {e}", file=sys.stderr)
             return 1
     except KeyboardInterrupt:
-        if _debug(args):
+        if debug_requested(args):
             raise
         print(f"interrupted: {resume_hint}", file=sys.stderr)
         return 130

@@ -102,7 +102,7 @@ def test_single_turn_loop_is_the_batch_path(tiny_model_dir, arithmetic_files, tm
     named = prompts.select()
     named.non_tensor_batch["agent_name"] = np.array(["single_turn_agent"] * len(named), dtype=object)
     looped = worker.generate_sequences(named, validate=True)
-    assert worker.agent is not None
+    assert worker.host.agent is not None
     for key in ("responses", "response_mask", "attention_mask", "position_ids", "input_ids"):
         assert torch.equal(direct.batch[key], looped.batch[key]), key
     torch.testing.assert_close(

@@ -321,7 +321,7 @@ def test_a_lora_adapter_path_that_is_no_adapter_names_the_key(tiny_model_dir, tm
         worker(tiny_model_dir, f"{ARR}.model.lora_adapter_path={tiny_model_dir}")
     # An adapter that also trains weights outside lora_A / lora_B (which checkpoints, the reference and the
     # engines do not know) is refused before anything loads.
-    from verl.models.lora_files import check_adapter_dir
+    from verl.models.lora import check_adapter_dir
 
     for extra, said in (
         ({"modules_to_save": ["lm_head"]}, "modules_to_save"),

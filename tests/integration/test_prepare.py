@@ -13,7 +13,8 @@ import pytest
 
 from verl.config import ConfigError, load_config
 from verl.errors import InputError
-from verl.trainer.prepare import ARTIFACT_FORMAT, plan_inputs, prepare_inputs
+from verl.trainer.prepare import plan_inputs, prepare_inputs
+from verl.utils.artifacts import ARTIFACT_FORMAT
 
 pytestmark = pytest.mark.slow
 

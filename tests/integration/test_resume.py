@@ -196,6 +196,18 @@ ASYNC_MODES = {
     ),
     "streaming": ("trainer.v1.trainer_mode=separate_async", "async_training.staleness_threshold=0.5"),
     "colocate": ("trainer.v1.trainer_mode=colocate_async",),
+    # the features that once refused the asynchronous modes, combined with them
+    "one_step_off_lora_remax": (
+        "trainer.v1.trainer_mode=separate_async",
+        "actor_rollout_ref.model.lora_rank=8",
+        "algorithm.adv_estimator=remax",
+    ),
+    "one_step_off_tools": (
+        "trainer.v1.trainer_mode=separate_async",
+        "actor_rollout_ref.rollout.multi_turn.enable=true",
+        "actor_rollout_ref.rollout.multi_turn.tool_config_path=calculator",
+    ),
+    "colocate_dapo": ("trainer.v1.trainer_mode=colocate_async", "algorithm.filter_groups.enable=true"),
 }
 
 
@@ -223,8 +235,7 @@ def test_one_step_off_sigkill_then_resume_matches_uninterrupted(
     assert code == 0, stderr[-3000:]
     resumed = metrics_by_step(out)
     assert sorted(resumed) == sorted(expected) == list(range(TOTAL_STEPS + 1))
-    assert (
-        expected[TOTAL_STEPS]["training/off_policy/trajectory_staleness/max"] >= 1.0
-    )  # stale samples trained
+    staleness = [expected[step]["training/off_policy/trajectory_staleness/max"] for step in expected if step]
+    assert max(staleness) >= 1.0, staleness  # stale samples trained
     for step in range(1, TOTAL_STEPS + 1):
         assert resumed[step] == expected[step], f"step {step} differs after resuming from step {done}"

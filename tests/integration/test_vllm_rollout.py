@@ -322,7 +322,7 @@ def test_grpo_steps_with_vllm_sync_every_update_and_report_the_mismatch(
     trainer.fit()
     worker = trainer.controller.group("actor_rollout").workers[0]
     # two updates, then the final validation: the engine holds the policy after the second update
-    assert worker.policy_version == 2 and worker.rollout.weights_version == 2
+    assert worker.host.version == 2 and worker.host.engine.weights_version == 2
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     for record in records[1:]:
         # float32 everywhere: vLLM's probabilities are the actor's up to float rounding, at step 2 too, after
@@ -412,3 +412,40 @@ def test_two_ray_ranks_share_one_tensor_parallel_engine_synchronised_from_fsdp2_
     for record in records[1:]:
         assert record["training/rollout_probs_diff_max"] < 1e-4
         assert abs(record["training/rollout_actor_kl"]) < 1e-6
+
+
+def test_separate_async_vllm_lora_resumes_after_sigkill_as_the_uninterrupted_run(
+    vllm_ready, model_dir, arithmetic_files, tmp_path
+):
+    """trainer_mode=separate_async with rollout.name=vllm and LoRA: the rollout role's own process holds the
+    vLLM engine (the actor starts none: it validates there too), takes each version's weights, adapters
+    included, and a run SIGKILLed mid-way resumes to the same metrics as the uninterrupted run (vLLM on the
+    CPU samples deterministically for a given seed, so equality holds exactly here)."""
+    import signal
+
+    from test_resume import REWARD_FILE, TOTAL_STEPS, metrics_by_step, overrides, run_cli
+
+    reward = tmp_path / "reward.py"
+    reward.write_text(REWARD_FILE)
+    combo = (
+        "trainer.v1.trainer_mode=separate_async",
+        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.model.lora_rank=8",
+        "trainer.torch_threads=1",
+    )
+    reference_dir = tmp_path / "uninterrupted"
+    code, stderr = run_cli(overrides(model_dir, arithmetic_files, reference_dir, reward, *combo))
+    assert code == 0, stderr[-3000:]
+    expected = metrics_by_step(reference_dir)
+    assert expected[TOTAL_STEPS]["training/off_policy/trajectory_staleness/max"] == 1.0
+    out = tmp_path / "killed"
+    args = overrides(model_dir, arithmetic_files, out, reward, *combo)
+    code, _ = run_cli(args, kill_after_step=2)
+    assert code == -signal.SIGKILL
+    done = int((out / "latest_checkpointed_iteration.txt").read_text())
+    code, stderr = run_cli(args)
+    assert code == 0, stderr[-3000:]
+    resumed = metrics_by_step(out)
+    assert sorted(resumed) == sorted(expected) == list(range(TOTAL_STEPS + 1))
+    for step in range(1, TOTAL_STEPS + 1):
+        assert resumed[step] == expected[step], f"step {step} differs after resuming from step {done}"

@@ -4,22 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-# The harness lives in the source checkout (benchmarks/harness/), outside the verl package: import it from
-# the repository root, as `verl bench` does.
-REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from benchmarks.harness import BenchSizes, run_bench, run_cli  # noqa: E402
-from benchmarks.harness.measure import MIN_REPEATS, Case, planned_repeats, run_case  # noqa: E402
-from benchmarks.harness.models import ModelSpec, prepare_model  # noqa: E402
-from benchmarks.harness.report import format_table  # noqa: E402
-from benchmarks.harness.rollout import engines  # noqa: E402
+from verl.bench import BenchSizes, run_bench, run_cli
+from verl.bench.measure import MIN_REPEATS, Case, planned_repeats, run_case
+from verl.bench.models import ModelSpec, prepare_model
+from verl.bench.report import format_table
+from verl.bench.rollout import engines
 
 # The tests share one bench run (the report fixture, ~40 s): one process (--dist loadfile), sent out first.
 pytestmark = pytest.mark.xdist_group("bench")
@@ -144,16 +136,16 @@ def test_fsdp_rows_one_rank(report):
 def test_fsdp_two_ranks_hold_half_each(tmp_path):
     """2 ranks, each case in its own process as `verl bench` runs it (rank 1 forked from it): DDP keeps
     everything on each rank, FSDP2 about half; the table says by how much."""
-    from benchmarks.harness import fsdp
-    from benchmarks.harness.common import write_task_data
-    from benchmarks.harness.report import fsdp_table
-    from benchmarks.harness.runner import PRELOAD, measure
+    from verl.bench import fsdp
+    from verl.bench.common import write_task_data
+    from verl.bench.report import fsdp_table
+    from verl.bench.runner import PRELOAD, measure
 
     write_task_data(tmp_path)
     model = prepare_model(TOY, tmp_path)
     common = dict(data_dir=str(tmp_path), warmup=1, repeats=2, budget_s=30.0)
     cases = fsdp.cases("toy", str(model.path), 4, 6, 2, ranks=(2,), **common)
-    assert PRELOAD[-1] == "benchmarks.harness.fsdp"
+    assert PRELOAD[-1] == "verl.bench.fsdp"
     rows = {c.params["strategy"]: measure(c, isolate=True, sizes=SIZES) for c in cases}
     for row in rows.values():
         _check_fsdp_row(row, ranks=2)
@@ -169,7 +161,7 @@ def test_json_and_printed_tables(report, tmp_path_factory):
     saved = json.loads(open(report["json_path"]).read())
     assert saved["sections"].keys() == {"rollout", "train", "step", "fsdp"}
     assert saved["machine"]["torch_threads"] == 1 and saved["models"][0]["n_params"] > 0
-    from benchmarks.harness.report import render
+    from verl.bench.report import render
 
     text = render(saved)
     for heading in ("(a) rollout", "(b) policy update", "(c) one GRPO step", "(e) policy update", "peak MB"):
@@ -178,8 +170,8 @@ def test_json_and_printed_tables(report, tmp_path_factory):
 
 def test_a_case_in_its_own_process(tmp_path):
     """The default path: the case runs in a process forked from the forkserver and reports back."""
-    from benchmarks.harness import rollout
-    from benchmarks.harness.common import write_task_data
+    from verl.bench import rollout
+    from verl.bench.common import write_task_data
 
     write_task_data(tmp_path)
     model = prepare_model(TOY, tmp_path)
@@ -192,7 +184,7 @@ def test_a_case_in_its_own_process(tmp_path):
         threads=1,
         repeats=2,
     )
-    result = run_case(rollout.setup, case, isolate=True, preload=["benchmarks.harness.rollout"])
+    result = run_case(rollout.setup, case, isolate=True, preload=["verl.bench.rollout"])
     assert len(result["times_s"]) == 2 and all(r["tokens"] == 6 for r in result["runs"])
     assert result["peak_rss_mb"] > 0 and result["peak_delta_mb"] >= 0
 
@@ -216,13 +208,9 @@ def test_format_table_aligns_columns():
     assert lines[2].endswith("1,234") and lines[3].endswith("-")
 
 
-def test_verl_bench_needs_the_source_checkout(tmp_path, monkeypatch, capsys):
-    """Installed from a wheel (no benchmarks/ next to the package), `verl bench` says where the harness is."""
-    import verl
+def test_verl_bench_runs_the_librarys_harness(capsys):
+    """`verl bench` runs verl.bench, part of the installed package (no source checkout needed)."""
     from verl.cli import main
 
-    fake_package = tmp_path / "site-packages" / "verl"
-    fake_package.mkdir(parents=True)
-    monkeypatch.setattr(verl, "__file__", str(fake_package / "__init__.py"))
-    assert main(["bench", "--quick"]) == 2
-    assert "benchmarks/harness/" in capsys.readouterr().err
+    assert main(["bench", "--quick", "--models", "tiny,huge"]) == 2
+    assert "unknown model huge" in capsys.readouterr().err

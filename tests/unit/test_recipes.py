@@ -76,7 +76,7 @@ def test_default_recipe_is_verls_defaults_when_the_model_or_data_are_the_users()
 
 
 def test_recipe_lines_say_which_recipe_and_why() -> None:
-    from verl.cli import recipe_lines
+    from verl.command_line import recipe_lines
 
     overrides = [f"{ARR}.model.path=/my/model"]
     head, settings = recipe_lines(None, overrides, command_line(overrides))

@@ -17,12 +17,12 @@ from verl.trainer.metrics import compute_validation_metrics, reward_extra_metric
 from verl.workers.reward import load_reward_manager
 from verl.workers.reward.combine import (
     RewardFunction,
-    build_reward_fns,
     check_format_sources,
     check_reward_inputs,
     length_penalty,
     needs_rule_fields,
 )
+from verl.workers.reward.factory import build_reward_fns
 from verl.workers.reward.formats import ANSWER_FORMATS, format_score, register_answer_format
 
 CHARS = "0123456789 x#=-"

@@ -15,7 +15,8 @@ from verl.config import ConfigError, TrainerConfig, load_config
 from verl.errors import InputError
 from verl.models.tiny import build_tiny_tokenizer, make_tiny_model, tiny_model_config
 from verl.protocol import DataProto
-from verl.workers.reward.combine import RewardFunction, build_reward_fns
+from verl.workers.reward.combine import RewardFunction
+from verl.workers.reward.factory import build_reward_fns
 from verl.workers.reward.model import RewardModelScorer, check_reward_model_inputs
 
 QUESTIONS = ["1+2=", "13+30=", "7+8=", "40+2=", "9+9="]

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from verl.config.errors import ConfigError
-from verl.tools import BaseTool, OpenAIFunctionToolSchema, ToolError, ToolResponse, load_tools, python_sandbox
+from verl.tools import BaseTool, OpenAIFunctionToolSchema, ToolError, ToolResponse, python_sandbox
 from verl.tools.calculator import CALCULATOR_SCHEMA, CalculatorTool
-from verl.tools.config import TOOL_CONFIG_KEY, TOOLS_DIR, tool_schemas
+from verl.tools.config import TOOL_CONFIG_KEY, TOOLS_DIR
+from verl.tools.loader import load_tools, tool_schemas
 from verl.tools.python_sandbox import PYTHON_SCHEMA, PythonTool
 
 

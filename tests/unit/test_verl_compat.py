@@ -420,12 +420,17 @@ def test_verls_v1_trainer_modes() -> None:
         ConfigError, match="colocate_async pauses generations mid-way, which only rollout.name=fast"
     ):
         ppo("trainer.v1.trainer_mode=colocate_async", f"{ARR}.rollout.name=hf")
-    with pytest.raises(ConfigError, match="colocate_async does not support DAPO"):
-        ppo("trainer.v1.trainer_mode=colocate_async", "algorithm.filter_groups.enable=true")
+    with pytest.raises(ConfigError, match="colocate_async does not support agent loops"):
+        ppo("trainer.v1.trainer_mode=colocate_async", f"{ARR}.rollout.multi_turn.enable=true")
     with pytest.raises(ConfigError, match="parameter_sync_step=2"):
         ppo("trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.parameter_sync_step=2")
-    with pytest.raises(ConfigError, match="does not support LoRA"):
-        ppo("trainer.v1.trainer_mode=separate_async", f"{ARR}.model.lora_rank=8")
+    # what a mode is for: verl's asynchronous trainer with DAPO, LoRA and vLLM in the rollout role
+    dapo = ppo("trainer.v1.trainer_mode=colocate_async", "algorithm.filter_groups.enable=true")
+    assert dapo.algorithm.filter_groups.enable
+    lora = ppo(
+        "trainer.v1.trainer_mode=separate_async", f"{ARR}.model.lora_rank=8", f"{ARR}.rollout.name=vllm"
+    )
+    assert lora[ARR].model.lora_rank == 8
 
 
 def test_verls_fully_async_keys() -> None:

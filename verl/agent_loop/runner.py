@@ -105,7 +105,7 @@ class AgentLoopRunner:
         path = rollout.multi_turn.tool_config_path
         tools = []
         if path:
-            from verl.tools.config import load_tools
+            from verl.tools.loader import load_tools
 
             tools = load_tools(path)
         self.context = AgentLoopContext(

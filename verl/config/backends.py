@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from verl.config.errors import as_written, short_repr
-from verl.config.schema import TrainerSection
+from verl.config.schema_trainer import TrainerSection
 from verl.config.schema_workers import FSDPConfig
 
 BUILT_ROLLOUTS = ("fast", "vllm", "sglang", "hf", "dummy")

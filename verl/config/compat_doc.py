@@ -10,11 +10,14 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from verl.config.loader import load_config, schema_fields
+from verl.config.loader import load_config
 from verl.config.schema import TrainerConfig
+from verl.config.schema_keys import schema_fields
 from verl.config.sft_schema import SFTConfig
 from verl.config.verl_compat import renamed, rule_for, verl_keys
-from verl.config.verl_rules import PPO_RULES, SFT_RULES, Rule
+from verl.config.verl_rules_common import Rule
+from verl.config.verl_rules_ppo import PPO_RULES
+from verl.config.verl_rules_sft import SFT_RULES
 
 HEADER = """# verl's keys, and what each does here
 

@@ -21,8 +21,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from verl.config import load_config
-from verl.config.loader import schema_fields
 from verl.config.schema import TrainerConfig as TrainerSchema
+from verl.config.schema_keys import schema_fields
 
 
 def TrainerConfig(recipe: str | Path | None = None, /, **sections: Any) -> DictConfig:  # noqa: N802

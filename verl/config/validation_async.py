@@ -9,7 +9,6 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from verl.algorithms.advantages import estimator_needs
 from verl.config.value_rules import check_at_least, check_choice
 
 ARR = "actor_rollout_ref"
@@ -69,21 +68,14 @@ def async_errors(errors: list[str], cfg: DictConfig) -> None:
                 f"generations mid-way, which only rollout.name=fast does (it is {rollout_name})"
             )
         _separate_async_errors(errors, cfg)
-    arr = cfg.actor_rollout_ref
-    unsupported = {
-        "LoRA (the rollout's copy would need the adapters merged)": arr.model.lora_rank > 0
-        or arr.model.lora_adapter_path is not None,
-        "DAPO's dynamic sampling (algorithm.filter_groups.enable)": cfg.algorithm.filter_groups.enable,
-        f"the greedy baseline of algorithm.adv_estimator={cfg.algorithm.adv_estimator}": estimator_needs(
-            cfg.algorithm.adv_estimator
-        ).greedy_baseline,
-        "agent loops / multi-turn": _uses_agent_loop(arr.rollout),
-        f"rollout.name={rollout_name} (the rollout role runs fast or hf)": rollout_name not in ("fast", "hf"),
-        "rollout.mode=async (the rollout server)": arr.rollout.mode == "async",
-    }
-    for what, on in unsupported.items():
-        if on:
-            errors.append(f"{key}.trainer_mode={mode} does not support {what} yet; use trainer_mode=sync")
+    pooled = mode == "colocate_async" or streaming
+    if pooled and _uses_agent_loop(cfg.actor_rollout_ref.rollout):
+        what = f"{key}.trainer_mode=colocate_async" if mode == "colocate_async" else "the streaming rollout"
+        errors.append(
+            f"{what} does not support agent loops / multi-turn yet: its pool continues generations token by "
+            f"token across weight updates, and a tool call's turns are not in the pool; use {key}.trainer_mode="
+            "separate_async without async_training.staleness_threshold, or sync"
+        )
 
 
 def _separate_async_errors(errors: list[str], cfg: DictConfig) -> None:

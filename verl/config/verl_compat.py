@@ -34,7 +34,10 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from verl.config.errors import ConfigError, as_written
-from verl.config.verl_rules import FREE_FORM, HYDRA_GROUPS, PPO_RULES, SFT_RULES, Rule
+from verl.config.verl_rules import FREE_FORM, HYDRA_GROUPS
+from verl.config.verl_rules_common import Rule
+from verl.config.verl_rules_ppo import PPO_RULES
+from verl.config.verl_rules_sft import SFT_RULES
 from verl.utils.trackers import NOT_BUILT as TRACKERS_NOT_BUILT
 from verl.utils.trackers import missing_packages
 

@@ -57,7 +57,7 @@ def cmd_doctor(args: argparse.Namespace, out: Any = None) -> int:
 
     A config error is printed as ``verl run`` prints it (``config error: ...`` on stderr); with ``--json`` the
     JSON on stdout carries it too."""
-    from verl.cli import _config_source, _debug
+    from verl.command_line import config_source, debug_requested
     from verl.config import ConfigError
     from verl.doctor.render import render_text, report_json, use_colour
     from verl.doctor.report import diagnose
@@ -66,10 +66,10 @@ def cmd_doctor(args: argparse.Namespace, out: Any = None) -> int:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     try:
         report = diagnose(
-            _config_source(args), list(args.overrides), gpu_memory=getattr(args, "gpu_memory", None)
+            config_source(args), list(args.overrides), gpu_memory=getattr(args, "gpu_memory", None)
         )
     except ConfigError as error:
-        if _debug(args):
+        if debug_requested(args):
             raise
         print(f"{error.label}: {error}", file=sys.stderr)
         if args.json:

@@ -47,7 +47,7 @@ def _from_dir(path: Path, trust_remote_code: bool, **kwargs: Any) -> Any:
 
 
 def _with_overrides(hf_config: Any, overrides: Any, key: str) -> Any:
-    from verl.models.loading import apply_config_overrides
+    from verl.models.overrides import apply_config_overrides
 
     plain = OmegaConf.to_container(overrides, resolve=True) if OmegaConf.is_config(overrides) else overrides
     return apply_config_overrides(hf_config, plain or {}, key) if plain else hf_config

@@ -7,7 +7,8 @@ import sys
 from typing import Any
 
 from verl.doctor.environment import ABSENT, CLASH, MISSING, OK, TOO_OLD, UNTESTED
-from verl.doctor.memory import ACCURACY, PHASE_NAMES
+from verl.doctor.memory_advice import PHASE_NAMES
+from verl.doctor.memory_terms import ACCURACY
 from verl.doctor.report import Report
 from verl.utils.cpu import CPU_FEATURES
 from verl.utils.units import fmt_bytes

@@ -29,21 +29,17 @@ from verl.doctor.environment import (
     read_machine,
 )
 from verl.doctor.matrix import BREAKS_TRANSFORMERS
-from verl.doctor.memory import (
-    ACCURACY,
-    PHASE_NAMES,
-    Estimate,
+from verl.doctor.memory import estimate_memory
+from verl.doctor.memory_advice import PHASE_NAMES, checkpoint_bytes, phase_knobs, state_knobs
+from verl.doctor.memory_terms import ACCURACY, Estimate
+from verl.doctor.model_shape import (
     Models,
     ModelShape,
-    checkpoint_bytes,
     count_model,
     dtype_bytes,
-    estimate_memory,
     fmt_count,
     lora_parameters,
     lora_settings,
-    phase_knobs,
-    state_knobs,
 )
 from verl.doctor.models import ModelSource, checkpoint_dtype_bytes, model_at, policy_model
 from verl.utils.units import fmt_bytes
@@ -110,9 +106,9 @@ class Report:
 
 def load_run_config(source: str | None, overrides: list[str]) -> tuple[Any, list[str]]:
     """The config ``verl run`` would train with, and its recipe lines (raises ConfigError as ``verl run`` does)."""
-    from verl.cli import recipe_lines
+    from verl.command_line import recipe_lines
     from verl.config import TrainerConfig, load_config
-    from verl.config.loader import default_recipe
+    from verl.config.recipe_files import default_recipe
 
     config = load_config(source or default_recipe(TrainerConfig, overrides)[0], overrides)
     return config, recipe_lines(source, overrides, config)

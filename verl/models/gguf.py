@@ -22,12 +22,9 @@ import importlib.util
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from verl.errors import InputError
-
-if TYPE_CHECKING:
-    from verl.trainer.prepare import Artifact
+from verl.utils.artifacts import Artifact
 
 GGUF_SUFFIX = ".gguf"
 
@@ -58,7 +55,7 @@ def missing_readers() -> list[str]:
 def check_gguf_file(path: str | os.PathLike, key: str) -> Path:
     """The GGUF file at ``path`` (config key ``key``), checked: it exists, is a file, and transformers'
     reader (the ``gguf`` package) is installed. Each problem is an InputError naming the key."""
-    from verl.data.io import missing_path_hint
+    from verl.utils.paths import missing_path_hint
 
     file = Path(str(path).strip()).expanduser()
     if not file.exists():
@@ -144,8 +141,6 @@ def fetchable_file(name: str) -> Path:
 
 def gguf_artifact(gguf_file: Path, cache_dir: str | os.PathLike) -> Artifact:
     """The cached HuggingFace directory ``gguf_file`` converts into, keyed by its content."""
-    from verl.trainer.prepare import Artifact
-
     return Artifact("gguf-model", gguf_artifact_settings(gguf_file), Path(cache_dir).expanduser())
 
 

@@ -3,7 +3,8 @@
 Every path is checked before transformers sees it (:func:`check_model_dir`): a missing directory, an
 empty one, one without ``config.json`` or without tokenizer files is an :class:`~verl.errors.InputError`
 naming the config key, the path, what is missing and the nearest existing sibling, rather than an
-``OSError`` about repo ids or a tensor error many steps later.
+``OSError`` about repo ids or a tensor error many steps later. A model's ``override_config`` is applied
+to its config by :mod:`verl.models.overrides`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import logging
 import os
 import re
 from collections.abc import Callable, Mapping
-from difflib import get_close_matches
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,12 +24,12 @@ from transformers import (
     AutoModelForCausalLM,
     AutoModelForTokenClassification,
     AutoTokenizer,
-    PretrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
 
 from verl.errors import InputError, UserError, describe_error
+from verl.models.overrides import apply_config_overrides, naming_overrides, plain_overrides
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def check_model_dir(
     typo, the nearest existing sibling; ``tokenizer_key`` is the key that would name a tokenizer elsewhere.
     Only reads; never creates anything.
     """
-    from verl.data.io import missing_path_hint, path_exists
+    from verl.utils.paths import missing_path_hint, path_exists
 
     if path is None or not str(path).strip():
         from verl.config import ConfigError
@@ -179,7 +179,7 @@ def _from_pretrained(load: Callable[[], T], source: str, key: str | None, what: 
         parent = Path(source).expanduser().parent
         hint = ""
         if parent != Path(".") and parent.is_dir():  # org/ exists here: more likely a local typo
-            from verl.data.io import missing_path_hint
+            from verl.utils.paths import missing_path_hint
 
             hint = missing_path_hint(source, dirs=True)
         raise InputError(
@@ -249,7 +249,7 @@ def check_fits_model(
         return
     config = model_config_dict(model_path)
     if config is not None:
-        config = {**config, **_plain_overrides(overrides)}
+        config = {**config, **plain_overrides(overrides)}
     limit = max_positions(config) if config is not None else None
     if limit is None or longest <= limit:
         return
@@ -383,7 +383,7 @@ def load_hf_model(
     to the model's HuggingFace config before the weights load (see :func:`apply_config_overrides`)."""
     dtype = resolve_dtype(torch_dtype)
     source = check_model_dir(path, key)
-    overrides = _plain_overrides(override_config)
+    overrides = plain_overrides(override_config)
 
     def load() -> PreTrainedModel:
         extra = dict(kwargs)
@@ -398,7 +398,7 @@ def load_hf_model(
             **extra,
         )
 
-    return _from_pretrained(_naming_overrides(load, overrides, override_key, source), source, key, "model")
+    return _from_pretrained(naming_overrides(load, overrides, override_key, source), source, key, "model")
 
 
 def load_value_model(
@@ -420,7 +420,7 @@ def load_value_model(
     """
     dtype = resolve_dtype(torch_dtype)
     source = check_model_dir(path, key)
-    overrides = _plain_overrides(override_config)
+    overrides = plain_overrides(override_config)
 
     def load() -> PreTrainedModel:
         config = AutoConfig.from_pretrained(source, num_labels=1, trust_remote_code=trust_remote_code)
@@ -435,74 +435,5 @@ def load_value_model(
         )
 
     return _from_pretrained(
-        _naming_overrides(load, overrides, override_key, source), source, key, "value model"
+        naming_overrides(load, overrides, override_key, source), source, key, "value model"
     )
-
-
-def _plain_overrides(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``model.override_config`` as a plain dict (an OmegaConf node is converted; None is empty)."""
-    from omegaconf import DictConfig, OmegaConf
-
-    if isinstance(overrides, DictConfig):
-        return OmegaConf.to_container(overrides, resolve=True)
-    return dict(overrides or {})
-
-
-def _override_names(config: PretrainedConfig) -> list[str]:
-    """The attribute names of a HF config an override may set: what its config.json holds, and aliases."""
-    return sorted(set(config.to_dict()) | set(getattr(config, "attribute_map", {}) or {}))
-
-
-def apply_config_overrides(
-    config: PretrainedConfig, overrides: Mapping[str, Any], key: str = "override_config"
-) -> PretrainedConfig:
-    """Set each ``name: value`` of ``overrides`` on a HuggingFace config (in place; returned): verl's
-    ``model.override_config``, e.g. ``{"max_position_embeddings": 32768, "attention_dropout": 0.0}``.
-
-    Only attributes the config has can be set: an unknown name is a ConfigError naming ``key.name``, the
-    config class and the nearest known attribute, because transformers would keep a misspelt one as a new
-    attribute that nothing reads. A mapping given for a nested config (``text_config``) is applied to it
-    key by key.
-    """
-    from verl.config.errors import ConfigError
-
-    for name, value in overrides.items():
-        known = _override_names(config)
-        if name not in known:
-            close = get_close_matches(str(name), known, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(
-                f"{key}.{name}: {type(config).__name__} has no attribute {name!r}{hint} (override_config "
-                "sets attributes of the model's config.json; it cannot add new ones)"
-            )
-        current = getattr(config, name)
-        if isinstance(current, PretrainedConfig) and isinstance(value, Mapping):
-            apply_config_overrides(current, value, f"{key}.{name}")
-        else:
-            setattr(config, name, value)
-    return config
-
-
-def _naming_overrides(
-    load: Callable[[], T], overrides: Mapping[str, Any], key: str, source: str
-) -> Callable[[], T]:
-    """``load``, with a failure to build the model from an overridden config (a size that no longer fits the
-    weights, a value of the wrong type) reported as a ConfigError naming the overrides rather than as a
-    problem with the weight files."""
-    if not overrides:
-        return load
-
-    def run() -> T:
-        from verl.config.errors import ConfigError, short_repr
-
-        try:
-            return load()
-        except (OSError, UserError):
-            raise
-        except Exception as error:
-            raise ConfigError(
-                f"{key}={short_repr(dict(overrides))}: {source} cannot be loaded with these overrides "
-                f"({describe_error(error)})"
-            ) from error
-
-    return run

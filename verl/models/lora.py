@@ -7,7 +7,7 @@ The workers keep the plain transformers model that the adapters live in (``PeftM
 not the ``PeftModel`` shell, so the scorers, the rollout engines, DDP / FSDP2 and the checkpoints see the
 module they see without LoRA: only its trainable parameters differ, and the optimizer gets only those.
 LoRA is on when ``lora_rank > 0`` or ``lora_adapter_path`` names a saved PEFT adapter, whose own config
-(rank, alpha, target modules) then wins over the keys, as in verl (:mod:`verl.models.lora_files`).
+(rank, alpha, target modules) then wins over the keys, as in verl (:func:`load_adapter`).
 
 Where an adapted model leaves the worker:
 
@@ -20,7 +20,7 @@ Where an adapted model leaves the worker:
 - a HuggingFace directory of the policy holds the adapters merged into the base weights (:func:`merged_copy`
   for a live model, :func:`plain_model_with` for gathered shards, ``verl export`` for a checkpoint), so
   ``AutoModelForCausalLM.from_pretrained`` loads it without peft; ``verl export --adapter`` writes the
-  adapter alone as a PEFT directory instead (:func:`verl.models.lora_files.write_adapter_dir`);
+  adapter alone as a PEFT directory instead (:func:`verl.models.lora_files.adapter_export`);
 - the fast rollout engine decodes an adapted model with its own forward (the lean decode step reads base
   weights only: ``verl.workers.rollout.decoders.lean_decoder_supported``); vLLM gets the base weights once
   and then the adapters alone (``verl.workers.rollout.vllm``).
@@ -32,12 +32,17 @@ import contextlib
 import copy
 import importlib.util
 import json
+import logging
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from verl.errors import InputError
+
+logger = logging.getLogger(__name__)
 
 ADAPTER_CONFIG = "adapter_config.json"
 """peft's file name for a LoRA config, written next to a checkpoint part's ``model.safetensors``"""
@@ -121,7 +126,7 @@ def apply_lora(model: torch.nn.Module, model_cfg: Any, section: str = SECTION) -
 
     The adapters are new ones from ``lora_rank`` / ``lora_alpha`` / ``target_modules`` / ``exclude_modules``
     (``peft.get_peft_model``), or the saved ones at ``lora_adapter_path`` with their own config
-    (:func:`verl.models.lora_files.load_adapter`). Returns the transformers model itself, adapted in place,
+    (:func:`load_adapter`). Returns the transformers model itself, adapted in place,
     with only ``lora_A`` / ``lora_B`` trainable. A ``target_modules`` / ``exclude_modules`` that leaves
     nothing to adapt is a ConfigError naming the key and the model's linear layer names, not peft's
     traceback. Under gradient checkpointing the embeddings' output is made to require grad: with the
@@ -141,8 +146,6 @@ def apply_lora(model: torch.nn.Module, model_cfg: Any, section: str = SECTION) -
         )
         raise ConfigError(peft_missing_message(f"{section}.{key}"))
     if adapter_path is not None:
-        from verl.models.lora_files import load_adapter
-
         adapted = load_adapter(model, adapter_path, model_cfg, f"{section}.lora_adapter_path")
     else:
         try:
@@ -159,6 +162,117 @@ def apply_lora(model: torch.nn.Module, model_cfg: Any, section: str = SECTION) -
     if model_cfg.enable_gradient_checkpointing:
         adapted.enable_input_require_grads()
     return adapted
+
+
+# ------------------------------------------------------------------------------- a saved adapter
+
+
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+"""the file names peft saves an adapter's weights under (safetensors, or torch's format)"""
+
+
+def check_adapter_dir(path: str | Path, key: str) -> Path:
+    """``path`` as a PEFT LoRA adapter directory, or an InputError naming ``key``: it must exist and hold
+    ``adapter_config.json`` of a LoRA adapter and its weights."""
+    local = Path(path).expanduser()
+    if not local.is_dir():
+        what = "is a file; give the adapter's directory" if local.exists() else "does not exist"
+        raise InputError(
+            f"{key}={path}: {what} (a PEFT adapter directory, as peft or `verl export --adapter` writes)"
+        )
+    config_file = local / ADAPTER_CONFIG
+    if not config_file.is_file():
+        raise InputError(
+            f"{key}={path} has no {ADAPTER_CONFIG}: not a PEFT adapter directory (as peft's "
+            "save_pretrained or `verl export --adapter` writes)"
+        )
+    try:
+        saved = json.loads(config_file.read_text(encoding="utf-8"))
+    except ValueError as error:
+        raise InputError(f"{key}={path}: {ADAPTER_CONFIG} is not valid JSON ({error})") from None
+    peft_type = saved.get("peft_type")
+    if peft_type != "LORA":
+        raise InputError(
+            f"{key}={path}: the adapter is a {peft_type} adapter; only LoRA adapters are trained here"
+        )
+    # Checkpoints, the reference policy (adapters disabled) and the rollout engines know lora_A / lora_B only:
+    # weights trained beside them would be dropped at resume and export, and stay on in the reference.
+    extra = {
+        "modules_to_save": saved.get("modules_to_save"),
+        "bias": None if saved.get("bias", "none") == "none" else saved.get("bias"),
+    }
+    trained_beside = {name: value for name, value in extra.items() if value}
+    if trained_beside:
+        said = ", ".join(f"{name}={value!r}" for name, value in trained_beside.items())
+        raise InputError(
+            f"{key}={path}: the adapter also trains weights outside its LoRA layers ({said}); only lora_A / "
+            "lora_B adapters are built here (bias='none', no modules_to_save)"
+        )
+    if not any((local / name).is_file() for name in ADAPTER_WEIGHTS):
+        raise InputError(f"{key}={path} has no adapter weights ({' or '.join(ADAPTER_WEIGHTS)})")
+    return local
+
+
+def load_adapter(model: torch.nn.Module, path: str | Path, model_cfg: Any, key: str) -> torch.nn.Module:
+    """``model`` with the LoRA adapter saved at ``path`` injected, trainable (``PeftModel.from_pretrained(...,
+    is_trainable=True)``, as verl loads ``lora_adapter_path``); returns the transformers model, adapted in
+    place. The adapter's own config decides rank, alpha and target modules, as in verl; keys of ``model_cfg``
+    that say otherwise are named in a warning. A directory that is not a LoRA adapter, or an adapter whose
+    layers ``model`` lacks or whose weights do not cover them, is an InputError naming ``key``."""
+    from peft import PeftModel
+
+    local = check_adapter_dir(path, key)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            peft_model = PeftModel.from_pretrained(model, str(local), is_trainable=True)
+        except (ValueError, KeyError, RuntimeError) as error:  # modules not found, shapes that do not fit
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise InputError(
+                f"{key}={path}: the adapter does not fit {type(model).__name__} ({first})"
+            ) from error
+    missing = [w for w in caught if "missing adapter keys" in str(w.message)]
+    if missing:
+        raise InputError(
+            f"{key}={path}: the adapter's weights do not cover its layers ({missing[0].message})"
+        )
+    config = peft_model.peft_config["default"]
+    _warn_overridden_keys(config, model_cfg, key)
+    return peft_model.get_base_model()
+
+
+def _warn_overridden_keys(config: Any, model_cfg: Any, key: str) -> None:
+    """Say which of the section's LoRA keys the saved adapter's config overrides (only when ``lora_rank`` is
+    set: with it at 0 the keys were never asked for)."""
+    if not model_cfg.lora_rank:
+        return
+    section = key.rpartition(".")[0]
+    targets = _plain(model_cfg.target_modules)
+    saved_targets = config.target_modules
+    same_targets = targets == saved_targets or (
+        isinstance(targets, list | tuple | set) and set(targets) == set(saved_targets or ())
+    )
+    differ = [
+        f"{section}.{name}={mine} (the adapter's: {theirs})"
+        for name, mine, theirs, same in (
+            ("lora_rank", model_cfg.lora_rank, config.r, int(model_cfg.lora_rank) == int(config.r)),
+            (
+                "lora_alpha",
+                model_cfg.lora_alpha,
+                config.lora_alpha,
+                model_cfg.lora_alpha == config.lora_alpha,
+            ),
+            ("target_modules", targets, saved_targets, same_targets),
+        )
+        if not same
+    ]
+    if differ:
+        logger.warning(
+            "%s: the saved adapter's own config is used, as in verl; ignored: %s", key, "; ".join(differ)
+        )
+
+
+# --------------------------------------------------------------------------- the adapted model
 
 
 @contextlib.contextmanager

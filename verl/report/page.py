@@ -2,145 +2,69 @@
 
 Every piece of text from the run (metric keys, prompts, responses, config) goes through ``html.escape``;
 the page loads nothing: the figures are inline SVG, the style and the search script are inline too.
+
+The pieces: :mod:`verl.report.markup` (escaping, formatting, figure and section wrappers),
+:mod:`verl.report.curves` (the figures of named metrics), :mod:`verl.report.timing` (the timing section) and
+:mod:`verl.report.samples` (the validation samples); this module adds the header, the config and run info, and
+writes the page.
 """
 
 from __future__ import annotations
 
-import html
 import json
-import math
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
-from verl.report.data import ReportError, RunData, Series, ValidationStep, load_run
+from verl.report.curves import (
+    PERF_PLOTS,
+    TRAINING_PLOTS,
+    PlotSpec,
+    _all_metrics_section,
+    _spec_section,
+    _validation_section,
+    spec_lines,
+)
+from verl.report.data import ReportError, RunData, Series, load_run
+from verl.report.markup import Figures, _duration, _local_time, _missing, _section, _step_list, esc, fmt
+from verl.report.samples import MAX_CELL_CHARS, SAMPLE_BUDGET_CHARS, SAMPLE_FIELDS, _samples_section
+from verl.report.timing import TIMING_PREFIX, TIMING_TOTAL, TimingBreakdown, _timing_section, timing_breakdown
 from verl.utils.checkpoint import atomic_write_bytes
+
+__all__ = [
+    "DEFAULT_NAME",
+    "GENERATOR",
+    "GENERATOR_META",
+    "MAX_CELL_CHARS",
+    "MAX_ROWS_PER_STEP",
+    "NAV",
+    "PERF_PLOTS",
+    "SAMPLE_BUDGET_CHARS",
+    "SAMPLE_FIELDS",
+    "TIMING_PREFIX",
+    "TIMING_TOTAL",
+    "TRAINING_PLOTS",
+    "Figures",
+    "PlotSpec",
+    "TimingBreakdown",
+    "build_report",
+    "esc",
+    "fmt",
+    "headline_metric",
+    "is_report",
+    "render_report",
+    "spec_lines",
+    "timing_breakdown",
+]
 
 GENERATOR = "verl report"
 GENERATOR_META = f'<meta name="generator" content="{GENERATOR}">'
 """the mark of a page this module wrote: only such a file is ever overwritten"""
 DEFAULT_NAME = "report.html"
 MAX_ROWS_PER_STEP = 200
-MAX_CELL_CHARS = 2000
-SAMPLE_BUDGET_CHARS = 2_000_000
-"""text of validation samples on one page; older steps beyond it are listed, not shown"""
-SAMPLE_FIELDS = ("input", "output", "gts", "score", "step")
-
-
-@dataclass(frozen=True)
-class PlotSpec:
-    """A figure of named metrics: drawn when at least one of its keys was logged."""
-
-    title: str
-    ylabel: str
-    keys: tuple[tuple[str, str], ...]
-    """(metric key, legend label)"""
-    band: tuple[str, str] | None = None
-    """(min key, max key) shaded around the first line"""
-
-
-TRAINING_PLOTS = (
-    PlotSpec(
-        "Score and reward",
-        "mean per response",
-        (("critic/score/mean", "score"), ("critic/rewards/mean", "reward")),
-    ),
-    PlotSpec(
-        "Response length",
-        "tokens",
-        (("response_length/mean", "mean"),),
-        band=("response_length/min", "response_length/max"),
-    ),
-    PlotSpec(
-        "KL", "", (("actor/kl_loss", "kl_loss (to reference)"), ("actor/ppo_kl", "ppo_kl (to rollout)"))
-    ),
-    PlotSpec("Entropy", "per token", (("actor/entropy", "entropy"),)),
-    PlotSpec("Gradient norm", "", (("actor/grad_norm", "actor"), ("critic/grad_norm", "critic"))),
-    PlotSpec("Policy loss", "", (("actor/pg_loss", "pg_loss"),)),
-    PlotSpec("Value loss", "", (("critic/vf_loss", "vf_loss"),)),
-    PlotSpec("Clipped fraction", "fraction of tokens", (("actor/pg_clipfrac", "pg_clipfrac"),)),
-    PlotSpec("Learning rate", "", (("actor/lr", "actor"), ("critic/lr", "critic"))),
-)
-PERF_PLOTS = (
-    PlotSpec("Throughput", "tokens/s per device", (("perf/throughput", "throughput"),)),
-    PlotSpec("Time per step", "s", (("perf/time_per_step", "time per step"),)),
-    PlotSpec("Tokens per step", "tokens", (("perf/total_num_tokens", "prompt + response tokens"),)),
-    PlotSpec(
-        "Host memory of the driver process",
-        "GiB",
-        (("perf/cpu_memory_used_gb", "resident"), ("perf/max_rss_gb", "peak resident")),
-    ),
-    PlotSpec(
-        "Accelerator memory",
-        "GiB",
-        (
-            ("perf/max_memory_allocated_gb", "peak allocated"),
-            ("perf/max_memory_reserved_gb", "peak reserved"),
-        ),
-    ),
-)
-TIMING_PREFIX = "timing_s/"
-TIMING_TOTAL = "timing_s/step"
-
-
-class Figures:
-    """Hands out page-unique salts, so the ids inside the SVGs of one page never collide."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def salt(self) -> str:
-        self.count += 1
-        return f"verl-report-{self.count}"
-
-
-# ------------------------------------------------------------------------------------------------
-# small formatting helpers
-
-
-def esc(value: Any) -> str:
-    """Text for HTML, quotes included."""
-    return html.escape(str(value), quote=True)
-
-
-def fmt(value: float | None, percent: bool = False) -> str:
-    if value is None:
-        return "n/a"
-    if not math.isfinite(value):
-        return str(value)
-    return f"{value:.1%}" if percent else f"{value:.4g}"
-
-
-def _local_time(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
-
-
-def _missing(what: str) -> str:
-    return f'<p class="missing">{esc(what)}: not recorded.</p>'
-
-
-def _figure(svg: str, caption: str = "", css: str = "") -> str:
-    cap = f"<figcaption>{esc(caption)}</figcaption>" if caption else ""
-    return f'<figure class="{css}">{svg}{cap}</figure>' if css else f"<figure>{svg}{cap}</figure>"
-
-
-def _section(section_id: str, title: str, body: str) -> str:
-    return f'<section id="{section_id}">\n<h2>{esc(title)}</h2>\n{body}\n</section>'
-
-
-def _non_finite_note(series: Iterable[Series]) -> str:
-    n = sum(s.non_finite for s in series)
-    return f"{n} non-finite value{'s' if n != 1 else ''} (nan/inf) not drawn" if n else ""
-
-
-# ------------------------------------------------------------------------------------------------
-# header
 
 
 def headline_metric(series: dict[str, Series]) -> str | None:
@@ -204,21 +128,6 @@ def _facts(data: RunData, built: float) -> str:
     return f'<dl class="facts">{rows}</dl>'
 
 
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 48 * 3600:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
-
-
-def _step_list(steps: Sequence[int], limit: int = 12) -> str:
-    shown = ", ".join(str(s) for s in steps[:limit])
-    return shown + (f" and {len(steps) - limit} more" if len(steps) > limit else "")
-
-
 NAV = (
     ("training", "Training"),
     ("validation", "Validation"),
@@ -245,321 +154,6 @@ def _header(data: RunData, output: Path, built: float) -> str:
 def _relative_href(target: Path, output: Path) -> str:
     rel = os.path.relpath(target.resolve(), output.resolve().parent)
     return quote(Path(rel).as_posix())
-
-
-# ------------------------------------------------------------------------------------------------
-# figures of named metrics
-
-
-def spec_lines(spec: PlotSpec, series: dict[str, Series]) -> list[tuple[str, Series]]:
-    """The (label, series) lines of ``spec`` that were logged; a series equal to an earlier one is folded
-    into its label ("score = reward") rather than drawn over it."""
-    lines: list[tuple[str, Series]] = []
-    for key, label in spec.keys:
-        s = series.get(key)
-        if s is None or not len(s):
-            continue
-        same = next((i for i, (_, earlier) in enumerate(lines) if earlier == s), None)
-        if same is None:
-            lines.append((label, s))
-        else:
-            lines[same] = (f"{lines[same][0]} = {label}", s)
-    return lines
-
-
-def _spec_figure(spec: PlotSpec, series: dict[str, Series], figures: Figures) -> str | None:
-    from verl.report.plots import Line, line_plot
-
-    lines = [Line(label, s) for label, s in spec_lines(spec, series)]
-    if not lines:
-        return None
-    band = None
-    if spec.band and all(k in series for k in spec.band):
-        band = (series[spec.band[0]], series[spec.band[1]])
-    folded = any(" = " in line.label for line in lines)  # the legend says which series are one line
-    svg = line_plot(lines, spec.title, spec.ylabel, salt=figures.salt(), band=band, legend=folded or None)
-    return _figure(svg, _non_finite_note(line.series for line in lines))
-
-
-def _spec_section(
-    specs: Sequence[PlotSpec], series: dict[str, Series], figures: Figures, what: str
-) -> tuple[str, set[str]]:
-    """The figures of ``specs`` that have data (and a line naming those that have none), and the keys
-    they drew."""
-    shown, absent = [], []
-    for spec in specs:
-        figure = _spec_figure(spec, series, figures)
-        if figure:
-            shown.append(figure)
-        else:
-            absent.append(f"{spec.title} ({', '.join(k for k, _ in spec.keys)})")
-    used = {k for spec in specs for k, _ in spec.keys} | {k for spec in specs for k in spec.band or ()}
-    if not shown:
-        return _missing(what), set()
-    body = f'<div class="grid">\n{chr(10).join(shown)}\n</div>'
-    if absent:
-        body += f'\n<p class="note">Not recorded: {esc("; ".join(absent))}.</p>'
-    return body, used & set(series)
-
-
-def _validation_groups(series: dict[str, Series]) -> dict[tuple[str, str], dict[str, Series]]:
-    """``val-core/<source>/<metric>/<stat>`` by (metric, stat), then by data source (which may hold "/")."""
-    groups: dict[tuple[str, str], dict[str, Series]] = {}
-    for key, s in series.items():
-        if not key.startswith("val-core/"):
-            continue
-        rest = key[len("val-core/") :]
-        parts = rest.rsplit("/", 2)
-        source, metric, stat = parts if len(parts) == 3 else (key, rest, "")
-        groups.setdefault((metric, stat), {})[source] = s
-    return groups
-
-
-def _validation_section(series: dict[str, Series], figures: Figures) -> tuple[str, set[str]]:
-    from verl.report.plots import Line, line_plot
-
-    groups = _validation_groups(series)
-    if not groups:
-        return _missing("Validation metrics (val-core/...)"), set()
-    shown = []
-    for (metric, stat), by_source in sorted(groups.items()):
-        lines = [Line(source, s) for source, s in sorted(by_source.items())]
-        title = f"Validation {metric} {stat}".strip()
-        svg = line_plot(lines, title, metric, salt=figures.salt(), percent=metric == "acc")
-        shown.append(_figure(svg, _non_finite_note(by_source.values())))
-    used = {k for k in series if k.startswith("val-core/")}
-    return f'<div class="grid">\n{chr(10).join(shown)}\n</div>', used
-
-
-# ------------------------------------------------------------------------------------------------
-# timing
-
-
-@dataclass
-class TimingBreakdown:
-    """Seconds per step by phase (``timing_s/<phase>``), for the stacked figure and the table."""
-
-    steps: list[int]
-    regular: dict[str, list[float]]
-    """phases timed on at least half of the steps, per step (0 where one did not run), largest mean first,
-    then "other": the step's total minus all its phases, where positive"""
-    occasional: dict[str, Series]
-    """phases timed on fewer than half of the steps (testing, save_checkpoint): a band of them would be
-    spikes that flatten every other band"""
-    total: list[float]
-    """``timing_s/step`` (the sum of the phases where it was not logged)"""
-
-
-def timing_breakdown(series: dict[str, Series]) -> TimingBreakdown:
-    """Split the ``timing_s/`` metrics into regular and occasional phases (see :class:`TimingBreakdown`).
-
-    Phases of one step may overlap (the controller runs independent DAG steps concurrently), and a phase
-    may be timed outside the step's total (here: testing, save_checkpoint), so the stack can rise above
-    the total."""
-    phase_keys = [k for k in series if k.startswith(TIMING_PREFIX) and k != TIMING_TOTAL]
-    total_series = series.get(TIMING_TOTAL)
-    if total_series is not None:
-        steps = list(total_series.steps)
-    else:
-        steps = sorted({s for k in phase_keys for s in series[k].steps})
-    if not steps:
-        return TimingBreakdown([], {}, {}, [])
-    columns: dict[str, list[float]] = {}
-    occasional: dict[str, Series] = {}
-    for key in phase_keys:
-        name = key[len(TIMING_PREFIX) :]
-        if 2 * len(series[key]) < len(steps):
-            occasional[name] = series[key]
-        values = dict(series[key].items())
-        columns[name] = [_finite_or_zero(values.get(step, 0.0)) for step in steps]
-    regular = {k: v for k, v in columns.items() if k not in occasional}
-    # The occasional phases (testing, save_checkpoint) are timed outside timing_s/step by this trainer:
-    # "other" is the step's total less its regular phases.
-    sums = [sum(col[i] for col in regular.values()) for i in range(len(steps))]
-    regular = dict(sorted(regular.items(), key=lambda kv: -sum(kv[1])))
-    if total_series is not None:
-        total = [_finite_or_zero(v) for v in total_series.values]
-        other = [max(0.0, t - s) for t, s in zip(total, sums, strict=True)]
-        if any(other):
-            regular["other"] = other
-    else:
-        total = sums
-    return TimingBreakdown(steps, regular, occasional, total)
-
-
-def _finite_or_zero(value: float) -> float:
-    return value if math.isfinite(value) else 0.0
-
-
-def _timing_table(t: TimingBreakdown) -> str:
-    """Per phase: on how many steps it ran, its mean when it ran, its sum over the run and its share of the
-    summed phase time."""
-    per_phase = {name: [v for v in values if v > 0] for name, values in t.regular.items()}
-    per_phase.update({name: [v for v in s.values if math.isfinite(v)] for name, s in t.occasional.items()})
-    grand = sum(sum(v) for v in per_phase.values())
-    rows = []
-    for name, values in sorted(per_phase.items(), key=lambda kv: -sum(kv[1])):
-        mean = sum(values) / len(values) if values else 0.0
-        share = f"{sum(values) / grand:.0%}" if grand > 0 else "n/a"
-        rows.append(
-            f'<tr><td>{esc(name)}</td><td class="num">{len(values)}</td><td class="num">{mean:.3g}</td>'
-            f'<td class="num">{sum(values):.4g}</td><td class="num">{share}</td></tr>'
-        )
-    n = len(t.total) or 1
-    rows.append(
-        f'<tr><th>step (timing_s/step)</th><th class="num">{len(t.total)}</th>'
-        f'<th class="num">{sum(t.total) / n:.3g}</th><th class="num">{sum(t.total):.4g}</th><th></th></tr>'
-    )
-    head = (
-        '<thead><tr><th>phase</th><th class="num">steps</th><th class="num">mean s (when run)</th>'
-        '<th class="num">total s</th><th class="num">share of phase time</th></tr></thead>'
-    )
-    return f'<table class="timing">{head}<tbody>{"".join(rows)}</tbody></table>'
-
-
-def _timing_section(series: dict[str, Series], figures: Figures) -> tuple[str, set[str]]:
-    from verl.report.plots import Line, line_plot, stacked_timing_plot
-
-    t = timing_breakdown(series)
-    if not t.steps:
-        return _missing("Timing (timing_s/...)"), set()
-    parts = [
-        '<p class="note">Seconds per step by phase. Phases that overlap in time (independent steps of the '
-        "DAG run concurrently) or are timed outside the step stack above the black total line; "
-        "&ldquo;other&rdquo; is the part of the step no phase accounts for.</p>"
-    ]
-    bands = {name: values for name, values in t.regular.items() if any(values)}  # not the phases never run
-    if bands:
-        svg, _ = stacked_timing_plot(t.steps, bands, t.total, salt=figures.salt())
-        parts.append(_figure(svg, css="wide"))
-    if t.occasional:
-        lines = [Line(name, s) for name, s in sorted(t.occasional.items())]
-        svg = line_plot(lines, "Occasional phases (on the steps they ran)", "s", salt=figures.salt())
-        parts.append(f'<div class="grid">{_figure(svg)}</div>')
-    parts.append(_timing_table(t))
-    return "\n".join(parts), {k for k in series if k.startswith(TIMING_PREFIX)}
-
-
-# ------------------------------------------------------------------------------------------------
-# everything else, small
-
-
-def _all_metrics_section(series: dict[str, Series], used: set[str], figures: Figures) -> str:
-    from verl.report.plots import Line, line_plot
-
-    rest = [k for k in series if k not in used and len(series[k])]
-    if not rest:
-        return '<p class="note">Every logged metric is drawn above.</p>'
-    groups: dict[str, list[str]] = {}
-    for key in rest:
-        groups.setdefault(key.split("/", 1)[0], []).append(key)
-    blocks = []
-    for prefix, keys in sorted(groups.items()):
-        plots = []
-        for key in keys:
-            svg = line_plot([Line(key, series[key])], key, salt=figures.salt(), small=True)
-            plots.append(_figure(svg, _non_finite_note([series[key]])))
-        blocks.append(
-            f'<details><summary>{esc(prefix)}<span class="count">{len(keys)} metrics</span></summary>\n'
-            f'<div class="grid small">\n{chr(10).join(plots)}\n</div>\n</details>'
-        )
-    intro = f'<p class="note">The {len(rest)} logged metrics not drawn above, by prefix.</p>'
-    return intro + "\n" + "\n".join(blocks)
-
-
-# ------------------------------------------------------------------------------------------------
-# validation samples
-
-
-def _cell_text(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    if len(text) <= MAX_CELL_CHARS:
-        return esc(text)
-    cut = len(text) - MAX_CELL_CHARS
-    return f'{esc(text[:MAX_CELL_CHARS])}<span class="cut"> &hellip; ({cut} more characters)</span>'
-
-
-def _extra_fields(row: dict[str, Any]) -> str:
-    parts = []
-    for key, value in row.items():
-        if key in SAMPLE_FIELDS:
-            continue
-        shown = fmt(value) if isinstance(value, float) else value
-        parts.append(f"{key}: {_plain(shown)}")
-    return _cell_text("\n".join(parts)) if parts else ""
-
-
-def _plain(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-
-
-def _sample_row(index: int, row: dict[str, Any]) -> str:
-    from verl.report.data import as_number
-
-    score = as_number(row.get("score"))
-    gts = row.get("gts", row.get("ground_truth", ""))
-    cells = (
-        str(index),
-        _cell_text(row.get("input", "")),
-        _cell_text(row.get("output", "")),
-        _cell_text(gts),
-        fmt(score) if score is not None else "",
-        _extra_fields(row),
-    )  # no class per cell: the stylesheet styles the columns, which keeps thousands of rows small
-    return '<tr class="sample">' + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>"
-
-
-def _sample_block(v: ValidationStep, is_open: bool) -> str:
-    rows = "\n".join(_sample_row(i, row) for i, row in enumerate(v.rows, 1))
-    shown = f"{len(v.rows)} of {v.total} rows" if len(v.rows) < v.total else f"{v.total} rows"
-    mean = f", mean score {fmt(v.mean_score)}" if v.mean_score is not None else ""
-    cut = (
-        f'<p class="note">Showing the first {len(v.rows)} of {v.total} rows; all are in '
-        f"<code>validation/{esc(v.path.name)}</code>.</p>"
-        if len(v.rows) < v.total
-        else ""
-    )
-    skipped = f'<p class="note">{v.skipped_lines} unreadable lines skipped.</p>' if v.skipped_lines else ""
-    cols = '<colgroup><col class="idx"><col><col><col class="gts"><col class="score"><col class="extra"></colgroup>'
-    head = (
-        '<thead><tr><th class="num">#</th><th>prompt</th><th>response</th><th>ground truth</th>'
-        '<th class="num">score</th><th>other fields</th></tr></thead>'
-    )
-    return (
-        f'<details class="samples-step" data-step="{v.step}"{" open" if is_open else ""}>'
-        f'<summary>step {v.step}<span class="count">{shown}{mean}</span>'
-        f'<span class="count match-count"></span></summary>\n{cut}{skipped}'
-        f'<table class="samples">{cols}{head}<tbody>\n{rows}\n</tbody></table>\n</details>'
-    )
-
-
-def _sample_size(v: ValidationStep) -> int:
-    return sum(min(len(_plain(value)), MAX_CELL_CHARS) for row in v.rows for value in row.values())
-
-
-def _samples_section(validation: list[ValidationStep]) -> str:
-    if not validation:
-        return _missing("Validation generations (validation/<step>.jsonl)")
-    blocks, left_out, budget = [], [], SAMPLE_BUDGET_CHARS
-    for v in reversed(validation):  # the newest step first, and it is open
-        size = _sample_size(v)
-        if blocks and size > budget:
-            left_out.append(v.step)
-            continue
-        budget -= size
-        blocks.append(_sample_block(v, is_open=not blocks))
-    search = (
-        '<div class="search"><input id="sample-search" type="search" '
-        'placeholder="filter rows: prompt, response, ground truth..." aria-label="filter validation samples">'
-        '<span id="search-count" class="note"></span></div>'
-    )
-    note = ""
-    if left_out:
-        note = (
-            f'<p class="note">Not shown, to keep the page small: steps {_step_list(sorted(left_out))} '
-            "(see <code>validation/&lt;step&gt;.jsonl</code>).</p>"
-        )
-    return f"{search}\n{note}\n" + "\n".join(blocks)
 
 
 # ------------------------------------------------------------------------------------------------

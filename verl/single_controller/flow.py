@@ -26,69 +26,26 @@ the driver-side math (advantages) joins the DAG.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from verl.single_controller.base import WorkerGroup
 from verl.single_controller.channels import DataChannel, StepError, StepOutputs, _Node
 from verl.single_controller.errors import WorkerError
 from verl.single_controller.flow_log import DataFlowLog
+from verl.single_controller.flow_trace import DagTracing, _flow_label
+from verl.single_controller.role import DRIVER, Role
 
 __all__ = ["Controller", "DataChannel", "Role", "StepError", "StepOutputs"]
 
 logger = logging.getLogger(__name__)
 
-DRIVER = "driver"
 
-
-@dataclass
-class Role:
-    """A named participant of the control flow and the worker class that computes for it.
-
-    ``role_type`` is descriptive (actor, critic, reward_model, reference_model, rollout, ...).
-    ``num_workers`` ranks are started; ``colocate_with`` names a registered role whose worker
-    processes this role shares (Ray backend; in-process every role shares the driver's process).
-    ``num_cpus_per_worker`` / ``num_gpus_per_worker`` are the Ray resources each rank reserves;
-    ``nnodes`` spreads the ranks over that many Ray nodes (a role colocated with another goes where its
-    processes are). ``timeout_s`` is the Ray backend's deadline for each call: a rank without a result by
-    then fails the call as hung, named with its Python stack; so does a rank whose process answers no
-    heartbeat for ``heartbeat_timeout_s``, as soon as that is seen.
-    ``on_failure`` is ``"fail"`` or ``"restart"`` (rebuild the workers, restore their saved state,
-    retry the step, at most ``max_restarts`` times over the run).
-    """
-
-    name: str
-    role_type: str = "custom"
-    worker_class: type | None = None
-    init_kwargs: dict[str, Any] = field(default_factory=dict)
-    num_workers: int = 1
-    colocate_with: str | None = None
-    num_cpus_per_worker: float = 0.0
-    num_gpus_per_worker: float = 0.0
-    nnodes: int = 1
-    timeout_s: float | None = None
-    heartbeat_timeout_s: float | None = None
-    on_failure: str = "fail"
-    max_restarts: int = 3
-
-    def __post_init__(self) -> None:
-        if self.on_failure not in ("fail", "restart"):
-            raise ValueError(
-                f"Role {self.name!r}: on_failure must be 'fail' or 'restart', got {self.on_failure!r}"
-            )
-        if self.name == DRIVER:
-            raise ValueError(
-                f"{DRIVER!r} is reserved for functions that run in the driver; choose another role name"
-            )
-
-
-class Controller:
+class Controller(DagTracing):
     """Registers roles, builds the DAG of steps, and runs each step when its inputs are ready.
 
     ``backend``: ``"local"`` (workers in this process; the default) or ``"ray"`` (each worker a Ray
@@ -249,15 +206,19 @@ class Controller:
         *,
         name: str | None = None,
         outputs: Sequence[str] = (),
+        background: bool = False,
         **inputs: Any,
     ) -> Any:
         """Run ``fn(**inputs)`` in the driver once its input channels are ready.
 
         Without ``outputs``: one channel holding the result. With ``outputs=("batch", "metrics")``: a
-        tuple of channels, one per key of the dict ``fn`` returns, in that order.
+        tuple of channels, one per key of the dict ``fn`` returns, in that order. ``background``: see
+        :meth:`step`.
         """
         label = name or getattr(fn, "__name__", "function")
-        step = self.step(method=fn, inputs=inputs, outputs=list(outputs) or [label], name=label)
+        step = self.step(
+            method=fn, inputs=inputs, outputs=list(outputs) or [label], name=label, background=background
+        )
         return tuple(step[key] for key in outputs) if outputs else step[label]
 
     def _check_step(self, role: str, method: str | Callable) -> None:
@@ -406,90 +367,6 @@ class Controller:
         for node in nodes:
             node.finished.wait(timeout)
 
-    # ------------------------------------------------------------------ trace
-
-    def _log_data_flow(self, node: _Node, kwargs: dict[str, Any], result: Any) -> None:
-        sources = {
-            name: _flow_label(value.producer)
-            if isinstance(value, DataChannel) and value.producer
-            else "driver"
-            for name, value in node.inputs.items()
-        }
-        where = "driver" if node.role == DRIVER else self._where(node.role)
-        where = (
-            "the driver's process (inputs passed by reference)"
-            if where == "driver"
-            else f"{where} (inputs pickled across processes)"
-        )
-        seconds = time.perf_counter() - node.started
-        self._flow_log.log(_flow_label(node), kwargs, sources, where, result, seconds)
-
-    def _where(self, role: str) -> str:
-        group = self.groups.get(role)
-        if group is None or group.in_process:
-            return "driver"
-        return "ray pid " + ", ".join(str(pid) for pid in group.pids())
-
-    def _record_edges(self, node: _Node, kwargs: dict[str, Any]) -> None:
-        if self.recorder is None:
-            return
-        from verl.single_controller.trace import estimate_nbytes
-
-        in_process = node.role == DRIVER or self.groups[node.role].in_process
-        for name, value in node.inputs.items():
-            src = value.producer.trace.node_id if isinstance(value, DataChannel) and value.producer else None
-            transport = "in-process" if in_process else "cross-process"
-            self.recorder.add_edge(
-                node.trace_dag, src, node.trace.node_id, name, estimate_nbytes(kwargs[name]), transport
-            )
-
-    def _current_dag(self) -> Any:
-        if self._dag is None:
-            self._dag = self.recorder.begin_dag(f"dag {self.recorder.dag_count}")
-        return self._dag
-
-    @contextlib.contextmanager
-    def dag(self, label: str) -> Iterator[None]:
-        """Group the steps declared inside into one traced DAG (e.g. one RL step) and wait for them."""
-        if self.recorder is not None:
-            self._dag = self.recorder.begin_dag(label)
-        self._dag_nodes = []
-        try:
-            yield
-        finally:
-            for node in list(self._dag_nodes):  # not the background steps: they may run on past the block
-                node.finished.wait()
-            self._last_dag_nodes, self._dag_nodes = self._dag_nodes, []
-            if self.recorder is not None:
-                self.recorder.end_dag(self._dag)
-                self._dag = None
-
-    def step_durations(self) -> list[tuple[str, float]]:
-        """``(step name, seconds it ran)`` for each step of the last :meth:`dag` block that ran."""
-        return [
-            (n.name, n.ended - n.started)
-            for n in self._last_dag_nodes
-            if n.started is not None and n.ended is not None
-        ]
-
-    def last_step_timings(self) -> dict[str, float]:
-        """Seconds the steps of the last :meth:`dag` block ran, summed per step name (a name such as
-        ``gen`` may run several times)."""
-        timing: dict[str, float] = {}
-        for name, seconds in self.step_durations():
-            timing[name] = timing.get(name, 0.0) + seconds
-        return timing
-
-    def write_trace(
-        self, path: str, title: str = "verl step trace", meta: dict[str, str] | None = None
-    ) -> str:
-        """Render the recorded trace as one self-contained HTML file; returns its path."""
-        if self.recorder is None:
-            raise RuntimeError("this controller records no trace; create it with Controller(trace=True)")
-        from verl.single_controller.trace import write_html
-
-        return str(write_html(path, self.recorder, title, dict(meta or {}, backend=self.backend)))
-
     # ------------------------------------------------------------------ algorithm hook, lifecycle
 
     def _build_dag(self, plan: Any, step: int, prompts: Any, more: Any) -> Any:
@@ -510,8 +387,3 @@ class Controller:
 
     def __exit__(self, *exc: Any) -> None:
         self.shutdown()
-
-
-def _flow_label(node: _Node) -> str:
-    """``role.method [name]``: one data-flow entry per distinct step of the DAG."""
-    return f"{node.label} [{node.name}]"

@@ -144,7 +144,7 @@ class RayWorkerGroup(WorkerGroup):
             self._env.setdefault("VERL_COLLECTIVE_TIMEOUT_S", str(call_timeout_s))
         self._pids: dict[int, int] = {}
         self._nodes: dict[int, tuple[str, str]] = {}
-        self._hosts: Hosts | None = None
+        self._hosts: Hosts[RayWorkerGroup] | None = None
         ensure_ray()
         with _BUILD_LOCK:
             self._hosts = self._join_hosts(colocate_with, num_cpus_per_worker, num_gpus_per_worker, nnodes)
@@ -157,7 +157,7 @@ class RayWorkerGroup(WorkerGroup):
 
     def _join_hosts(
         self, colocate_with: RayWorkerGroup | None, num_cpus: float, num_gpus: float, nnodes: int
-    ) -> Hosts:
+    ) -> Hosts[RayWorkerGroup]:
         """New hosts, or those of ``colocate_with`` after checking the two groups can share them."""
         if colocate_with is None:
             hosts = Hosts(self.world_size, num_cpus, num_gpus, nnodes)
@@ -166,7 +166,7 @@ class RayWorkerGroup(WorkerGroup):
         hosts.groups.append(self)
         return hosts
 
-    def _shared_hosts(self, other: RayWorkerGroup, num_cpus: float) -> Hosts:
+    def _shared_hosts(self, other: RayWorkerGroup, num_cpus: float) -> Hosts[RayWorkerGroup]:
         if not isinstance(other, RayWorkerGroup):
             raise TypeError(f"colocate_with must be a RayWorkerGroup, got {type(other).__name__}")
         if other._hosts is None:
@@ -218,7 +218,7 @@ class RayWorkerGroup(WorkerGroup):
         if self.saved_state is not None:
             self._run_ranks("set_state", {r: ((self.state_for(r),), {}) for r in range(self.world_size)})
 
-    def _live_hosts(self) -> Hosts:
+    def _live_hosts(self) -> Hosts[RayWorkerGroup]:
         if self._hosts is None:
             raise RuntimeError(f"{self!r} was shut down; create a new group")
         return self._hosts

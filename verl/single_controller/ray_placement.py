@@ -9,20 +9,21 @@ import os
 import socket
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, TypeVar
 
 import ray
 
 from verl.errors import ClusterError
 from verl.single_controller.ray_host import HostActor
 
-if TYPE_CHECKING:
-    from verl.single_controller.ray import RayWorkerGroup
+Group = TypeVar("Group")
+"""the worker groups sharing one set of hosts: ``verl.single_controller.ray.RayWorkerGroup``, which builds on
+this module (placement knows nothing of a group but that it is one)"""
 
 logger = logging.getLogger(__name__)
 
 
-class Hosts:
+class Hosts(Generic[Group]):
     """The host processes of one colocation set: one actor per rank, shared by the member groups.
 
     With ``nnodes > 1`` the ranks are spread over that many Ray nodes: a placement group with one bundle
@@ -39,7 +40,7 @@ class Hosts:
         self.num_cpus = num_cpus
         self.num_gpus = num_gpus
         self.nnodes = nnodes
-        self.groups: list[RayWorkerGroup] = []  # the member groups, the creator first
+        self.groups: list[Group] = []  # the member groups, the creator first
         self.actors: list[Any] = []
         self.placement_group: Any = None
         self.start()

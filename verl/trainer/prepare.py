@@ -1,10 +1,10 @@
 """Build what a recipe needs but the machine does not have yet: task data, a tiny model, its SFT warm start.
 
 This is what makes ``verl run`` work on a fresh machine with no downloads. Each artifact lives in a
-cache directory named after everything that determines it (:class:`Artifact`: the task settings, the
-model settings and seed, the whole SFT config but its paths, the builders' format version), under
-``prepare.cache_dir`` (``$VERL_HOME``, default ``~/.cache/verl``). A changed setting builds a new
-artifact; the same settings reuse the cached one. Building holds a file lock on the artifact and
+cache directory named after everything that determines it (:class:`verl.utils.artifacts.Artifact`: the
+task settings, the model settings and seed, the whole SFT config but its paths, the builders' format
+version), under ``prepare.cache_dir`` (``$VERL_HOME``, default ``~/.cache/verl``). A changed setting builds
+a new artifact; the same settings reuse the cached one. Building holds a file lock on the artifact and
 writes under a unique temporary name that is renamed into place, so runs started together build
 each artifact once and never see half of one.
 
@@ -21,14 +21,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
 from omegaconf import OmegaConf
 
 from verl.config import (
@@ -40,58 +37,9 @@ from verl.config import (
     sft_overrides,
     with_updates,
 )
+from verl.utils.artifacts import Artifact
 
 logger = logging.getLogger(__name__)
-
-ARTIFACT_FORMAT = 2
-"""Bump when a builder (task writer, tiny-model factory, SFT) makes something else from the same settings:
-every cached artifact is then rebuilt."""
-
-MANIFEST = "artifact.json"
-
-
-@dataclass(frozen=True)
-class Artifact:
-    """One cached thing (task data, initial model, warm-started model) and the settings that determine it."""
-
-    kind: str
-    settings: dict[str, Any]
-    cache_dir: Path
-
-    @property
-    def key(self) -> str:
-        text = json.dumps({"format": ARTIFACT_FORMAT, "kind": self.kind, **self.settings}, sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-    @property
-    def path(self) -> Path:
-        return self.cache_dir / "artifacts" / f"{self.kind}-{self.key}"
-
-    def ready(self) -> bool:
-        return (self.path / MANIFEST).is_file()
-
-    def build(self, write: Callable[[Path], None], log: Callable[[str], None] = print) -> Path:
-        """The artifact's directory, built by ``write(tmp_dir)`` unless it is cached. Concurrent callers
-        wait on the artifact's lock; the first builds it and the others find it ready."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.path) + ".lock"):
-            if self.ready():
-                return self.path
-            log(f"[prepare] building {self.kind} {self.path}")
-            tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", dir=self.path.parent))
-            tmp.chmod(0o755)  # mkdtemp's 0700 would hide a shared cache from other users
-            try:
-                write(tmp)
-                manifest = {"format": ARTIFACT_FORMAT, "kind": self.kind, "key": self.key, **self.settings}
-                (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-                shutil.rmtree(self.path, ignore_errors=True)  # a directory without a manifest is not ours
-                tmp.rename(self.path)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-        return self.path
-
-    def describe(self) -> str:
-        return f"{self.kind}: {self.path} ({'cached' if self.ready() else 'to build'})"
 
 
 @dataclass(frozen=True)
@@ -286,7 +234,7 @@ def check_inputs(config: TrainerConfig) -> None:
         )
         _check_fits(config, model.path)
     if model.lora_adapter_path is not None:
-        from verl.models.lora_files import check_adapter_dir
+        from verl.models.lora import check_adapter_dir
 
         check_adapter_dir(model.lora_adapter_path, "actor_rollout_ref.model.lora_adapter_path")
     if critic_enabled(config):

@@ -139,7 +139,7 @@ class RLTrainer:
         tools = cfg.actor_rollout_ref.rollout.multi_turn.tool_config_path
         if tools and "tools" not in dataset_kwargs["chat_template_kwargs"]:
             # The prompt shows the model its tools, as the chat template lays them out (verl's tool agent loop)
-            from verl.tools.config import load_tools, tool_schemas
+            from verl.tools.loader import load_tools, tool_schemas
 
             dataset_kwargs["chat_template_kwargs"]["tools"] = tool_schemas(load_tools(tools))
         if builtin_reward:
@@ -439,15 +439,14 @@ class RLTrainer:
         batch_size = self.config.data.val_batch_size or len(self.val_dataset)
         sources, val_scores = [], []
         extra: dict[str, list] = {}
+        role = self.plan.source.validation_role(flow, step=self.global_steps if step is None else step)
         with flow.dag("validation"):
             outputs = []
             for start in range(0, len(self.val_dataset), batch_size):
                 end = min(start + batch_size, len(self.val_dataset))
                 prompts = self._collate([self.val_dataset[i] for i in range(start, end)])
                 prompts = prompts.repeat(val_kwargs.n, interleave=True)
-                batch = flow.call(
-                    "actor_rollout", "generate_sequences", prompts=prompts, validate=True, name="gen"
-                )
+                batch = flow.call(role, "generate_sequences", prompts=prompts, validate=True, name="gen")
                 outputs.append(
                     (batch, flow.call("reward", "compute_score", data=batch, validate=True, name="reward"))
                 )

@@ -40,22 +40,42 @@ Metrics = list[DataChannel | dict[str, float]]
 
 
 def generate_groups(
-    flow: Controller, plan: StepPlan, prompts: DataProto, tag: str, role: str = "actor_rollout"
+    flow: Controller,
+    plan: StepPlan,
+    prompts: DataProto,
+    tag: str,
+    role: str = "actor_rollout",
+    name: str = "gen",
+    background: bool = False,
 ) -> DataChannel:
-    """Give each prompt a uid (its group), repeat it ``plan.n`` times and sample the responses on ``role``.
+    """Give each prompt a uid (its group), repeat it ``plan.n`` times and sample the responses on ``role``
+    (``background``: calls that may outlive the step that declares them, as generation ahead does).
 
     ReMax (Li et al. 2023, arXiv 2310.10505): first one greedy response per prompt, whose reward becomes
     the baseline of the prompt's group (``reward_baselines``).
     """
+    groups = group_prompts(flow, plan, prompts, tag, role, background)
+    return flow.call(role, "generate_sequences", prompts=groups, name=name, background=background)
+
+
+def group_prompts(
+    flow: Controller, plan: StepPlan, prompts: DataProto, tag: str, role: str, background: bool = False
+) -> DataProto | DataChannel:
+    """The prompts as groups (:func:`groups_of`), with ReMax's greedy baseline (generated on ``role`` and
+    scored) when the estimator needs one."""
     if not plan.remax_baseline:
-        return flow.call(role, "generate_sequences", prompts=groups_of(prompts, plan.n, tag), name="gen")
+        return groups_of(prompts, plan.n, tag)
     prompts = with_group_ids(prompts, tag)
-    greedy = flow.call(role, "generate_sequences", prompts=prompts, validate=True, name="gen_max")
-    greedy_scores = flow.call("reward", "compute_score", data=greedy, validate=True, name="reward_max")
-    groups = flow.driver(
-        repeat_with_baselines, name="remax_baseline", prompts=prompts, scores=greedy_scores, n=plan.n
+    greedy = flow.call(
+        role, "generate_sequences", prompts=prompts, validate=True, name="gen_max", background=background
     )
-    return flow.call(role, "generate_sequences", prompts=groups, name="gen")
+    greedy_scores = flow.call(
+        "reward", "compute_score", data=greedy, validate=True, name="reward_max", background=background
+    )
+    return flow.driver(
+        repeat_with_baselines, name="remax_baseline", prompts=prompts, scores=greedy_scores, n=plan.n,
+        background=background,
+    )  # fmt: skip
 
 
 class BatchSource:
@@ -86,6 +106,12 @@ class BatchSource:
 
     def step_done(self, flow: Controller, plan: StepPlan, step: int) -> None:
         """The step's update is declared: what the source does after it (the asynchronous weight sync)."""
+
+    def validation_role(self, flow: Controller, step: int) -> str:
+        """The role that generates with the policy trained for ``step`` steps, for validation: the role
+        that generates the training batches (the actor's, or the separate rollout role once it has the
+        weights), so no second engine is started."""
+        return "actor_rollout"
 
     def state_dict(self) -> dict[str, Any]:
         return {}
@@ -131,11 +157,7 @@ class AheadSource(BatchSource):
     def _batch(
         self, flow: Controller, plan: StepPlan, step: int, prompts: DataProto, more: Iterator[DataProto]
     ) -> tuple[DataProto, Metrics]:
-        self._flow = flow
-        if not self._primed:  # the rollout starts from the actor's weights (a resume's included)
-            self._prime(flow)
-            self._sync_weights(flow, version=step - 1)
-            self._primed = True
+        self._start(flow, version=step - 1)
         self._declare_generation(flow, plan, step, prompts, more)
         batch = self.pending.popleft()
         metrics: dict[str, float] = {}
@@ -161,6 +183,18 @@ class AheadSource(BatchSource):
         self._before_sync(flow, step)
         self._sync_weights(flow, version=step)
 
+    def validation_role(self, flow: Controller, step: int) -> str:
+        self._start(flow, version=step)  # (validation before the first step: the weights it starts from)
+        return ROLLOUT
+
+    def _start(self, flow: Controller, version: int) -> None:
+        """The first time: the rollout takes the actor's weights (a resume's included) as ``version``."""
+        self._flow = flow
+        if not self._primed:
+            self._prime(flow)
+            self._sync_weights(flow, version=version)
+            self._primed = True
+
     def _prime(self, flow: Controller) -> None:
         """Before the first weight sync (at the start, or of a resumed run)."""
 
@@ -183,10 +217,17 @@ class AheadSource(BatchSource):
         """After the step's update is declared, before the rollout takes the new weights."""
 
     def _generate(self, flow: Controller, plan: StepPlan, step: int, prompts: DataProto) -> None:
-        groups = groups_of(prompts, plan.n, f"{step}-0")
+        tag = f"{step}-0"
         self.pending.append(
-            flow.call(ROLLOUT, "generate_sequences", prompts=groups, name="generate_async", background=True)
+            generate_groups(flow, plan, prompts, tag, ROLLOUT, "generate_async", background=True)
         )
+
+    def refill(
+        self, flow: Controller, plan: StepPlan, step: int, prompts: DataProto, attempt: int
+    ) -> DataChannel:
+        """DAPO's refill, from the rollout role: generated with the weights it holds, after the batches
+        already queued there."""
+        return generate_groups(flow, plan, prompts, f"{step}-{attempt}", ROLLOUT, "gen_refill")
 
     def _sync_weights(self, flow: Controller, version: int) -> None:
         """The actor's weights (after its last update, in the actor role's order) into the rollout, queued
@@ -240,6 +281,8 @@ class PoolSource(AheadSource):
         self.queued: deque[DataProto] = deque()
         """prompts of the data order received from the trainer's loop, not yet handed to the rollout"""
         self.submitted = 0
+        self.refilled = 0
+        """prompts DAPO's refills submitted besides the data order's share (the pool's size accounts for them)"""
         self.stale_samples = 0
         """samples trained so far whose first token an older policy than the step's drew (verl's count)"""
         self._pool_state: dict[str, Any] | None = None
@@ -256,7 +299,8 @@ class PoolSource(AheadSource):
         size = plan.train_batch_size
         first = step if not self.pending else step + depth
         last = min(step + depth, plan.total_steps)
-        target = min(plan.total_steps * size, last * size + self.extra)  # prompts the rollout should have had
+        # prompts the rollout should have had by now (refills besides)
+        target = min(plan.total_steps * size, last * size + self.extra) + self.refilled
         self.queued.append(prompts)
         while self.submitted + sum(len(q) for q in self.queued) < target:  # prompts received so far
             self.queued.append(next(more))
@@ -281,9 +325,23 @@ class PoolSource(AheadSource):
             parts.append(head)
             count -= len(head)
         prompts = DataProto.concat(parts) if len(parts) > 1 else parts[0]
-        groups = groups_of(prompts, plan.n, f"p{self.submitted}")
+        self._submit_prompts(flow, plan, prompts)
+
+    def _submit_prompts(self, flow: Controller, plan: StepPlan, prompts: DataProto) -> None:
+        groups = group_prompts(flow, plan, prompts, f"p{self.submitted}", self.role, background=True)
         self.submitted += len(prompts)
         flow.call(self.role, "submit", prompts=groups, name="submit", background=True)
+
+    def refill(
+        self, flow: Controller, plan: StepPlan, step: int, prompts: DataProto, attempt: int
+    ) -> DataChannel:
+        """DAPO's refill, from the pool: the prompts join it, and as many groups as they make are collected
+        (the first to finish: older unfinished ones may come first)."""
+        self._submit_prompts(flow, plan, prompts)
+        self.refilled += len(prompts)
+        collect = dict(num_groups=len(prompts), train_step=step, max_staleness=self.max_staleness)
+        answer = flow.call(self.role, "collect", **collect, name="gen_refill")
+        return flow.driver(_one_rank, name="refill_batch", answer=answer)
 
     def _batch_metrics(self, batch: DataProto, step: int) -> dict[str, float]:
         metrics = staleness_metrics(batch, step)
@@ -311,6 +369,9 @@ class PoolSource(AheadSource):
         if not self.colocated:  # colocated, the pool generates with the actor's own module
             super()._sync_weights(flow, version)
 
+    def validation_role(self, flow: Controller, step: int) -> str:
+        return self.role if self.colocated else super().validation_role(flow, step)
+
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         if self._last_sync is not None:
@@ -321,6 +382,7 @@ class PoolSource(AheadSource):
         state.update(
             queued=list(self.queued),
             submitted=self.submitted,
+            refilled=self.refilled,
             stale_samples=self.stale_samples,
             pool=pool,
         )
@@ -330,6 +392,7 @@ class PoolSource(AheadSource):
         super().load_state_dict(state)
         self.queued = deque(state["queued"])
         self.submitted = int(state["submitted"])
+        self.refilled = int(state.get("refilled", 0))
         self.stale_samples = int(state["stale_samples"])
         self._pool_state = state["pool"]
 

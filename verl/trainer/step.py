@@ -129,7 +129,8 @@ def refill_until_varied(
     while True:
         generated += 1
         scores = flow.call("reward", "compute_score", data=batch, name="reward")
-        varied = varied_groups(batch.get().select().union(scores.get()), cfg.metric)
+        generated_batch = batch.get() if isinstance(batch, DataChannel) else batch  # (a source's own batch)
+        varied = varied_groups(generated_batch.select().union(scores.get()), cfg.metric)
         kept.append(varied)
         num_groups += len(varied) // plan.n
         if num_groups >= plan.train_batch_size:

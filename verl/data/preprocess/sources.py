@@ -10,15 +10,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from verl.data.io import (
-    SUPPORTED_EXTENSIONS,
-    DataFileNotFoundError,
-    DatasetError,
-    check_data_file,
-    missing_path_hint,
-    path_exists,
-)
+from verl.data.io import SUPPORTED_EXTENSIONS, DataFileNotFoundError, DatasetError, check_data_file
 from verl.data.preprocess.spec import DatasetSpec
+from verl.utils.paths import missing_path_hint, path_exists
 
 SPLITS = ("train", "test")
 

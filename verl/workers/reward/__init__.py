@@ -2,22 +2,25 @@
 
 from verl.workers.reward import dapo  # noqa: F401  (registers "dapo")
 from verl.workers.reward.batch import BatchRewardManager, score_batch
+from verl.workers.reward.factory import load_reward_manager
 from verl.workers.reward.formats import register_answer_format
-from verl.workers.reward.loading import get_custom_reward_fn, load_custom_reward_function, load_reward_manager
+from verl.workers.reward.loading import get_custom_reward_fn, load_custom_reward_function
 from verl.workers.reward.manager import (
-    ERROR_POLICIES,
-    REWARD_ERROR_KEY,
     REWARD_MANAGERS,
     NaiveRewardManager,
+    get_reward_manager_cls,
+    register_reward_manager,
+)
+from verl.workers.reward.scorers import SCORERS, default_compute_score, register_scorer
+from verl.workers.reward.scoring import (
+    ERROR_POLICIES,
+    REWARD_ERROR_KEY,
     RewardBatchError,
     RewardFunctionError,
     RewardSample,
     ScoreResult,
-    get_reward_manager_cls,
-    register_reward_manager,
     score_samples,
 )
-from verl.workers.reward.scorers import SCORERS, default_compute_score, register_scorer
 from verl.workers.reward.timeout import CallTimeout, TimeLimit, TimeLimitExhausted
 
 __all__ = [

@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl.workers.reward.manager import (
+from verl.workers.reward.manager import NaiveRewardManager, register_reward_manager
+from verl.workers.reward.scorers import default_compute_score
+from verl.workers.reward.scoring import (
     ComputeScoreFn,
-    NaiveRewardManager,
     RewardBatchError,
     RewardFunctionError,
     RewardSample,
@@ -28,10 +29,8 @@ from verl.workers.reward.manager import (
     check_error_policy,
     describe_function,
     normalize_score,
-    register_reward_manager,
     report_errors,
 )
-from verl.workers.reward.scorers import default_compute_score
 from verl.workers.reward.timeout import TimeLimit
 
 logger = logging.getLogger(__name__)

@@ -35,16 +35,10 @@ from verl.config.reward_fns import KEY, RM_FIELD, RewardTerm, parse_reward_fns
 from verl.protocol import DataProto
 from verl.workers.reward.dapo import overlong_penalty
 from verl.workers.reward.formats import format_check, format_score
-from verl.workers.reward.loading import load_custom_reward_function, load_reward_manager
-from verl.workers.reward.manager import (
-    REWARD_ERROR_KEY,
-    ComputeScoreFn,
-    _as_float,
-    last_positions,
-    response_mask,
-    trajectory_mask,
-)
+from verl.workers.reward.loading import load_custom_reward_function
+from verl.workers.reward.masks import last_positions, response_mask, trajectory_mask
 from verl.workers.reward.scorers import default_compute_score
+from verl.workers.reward.scoring import REWARD_ERROR_KEY, ComputeScoreFn, _as_float
 
 DEFAULT_LENGTH_THRESHOLD = 0.8
 """the length term's default threshold, as a share of data.max_response_length: DAPO's recipe (Yu et al. 2025)
@@ -249,35 +243,6 @@ def check_no_reward_fn_in_code(terms: Sequence[RewardTerm], reward_fn: Any) -> N
             f"{KEY} combines reward terms inside the configured reward manager, but a reward_fn passed in code "
             f"replaces that manager: set {KEY}=[] or pass compute_score instead"
         )
-
-
-def build_reward_fns(
-    config: Any,
-    tokenizer: Any,
-    device: torch.device,
-    reward_fn: Any = None,
-    val_reward_fn: Any = None,
-    compute_score: ComputeScoreFn | None = None,
-) -> tuple[Any, Any]:
-    """The reward role's (training, validation) reward functions: the configured managers (or the ones passed
-    in code), wrapped in :class:`RewardFunction` when ``reward_fns`` or a reward model is configured; one
-    reward model serves both."""
-    terms = parse_reward_fns(config.reward_model.reward_fns)
-    check_no_reward_fn_in_code(terms, reward_fn or val_reward_fn)
-    num_examine = config.reward_model.num_examine
-    train = reward_fn or load_reward_manager(config, tokenizer, num_examine, compute_score)
-    val = val_reward_fn or load_reward_manager(config, tokenizer, 0, compute_score)
-    scorer = None
-    if config.reward_model.enable:
-        from verl.workers.reward.model import RewardModelScorer, default_max_length
-
-        scorer = RewardModelScorer(config.reward_model, tokenizer, device, default_max_length(config))
-    if not terms and scorer is None:
-        return train, val
-    wrap = partial(
-        RewardFunction, terms=terms, reward_model=scorer, max_response_length=config.data.max_response_length
-    )
-    return wrap(train), wrap(val)
 
 
 def check_reward_inputs(config: Any) -> None:

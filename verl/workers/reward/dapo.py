@@ -7,13 +7,8 @@ from typing import Any
 import torch
 
 from verl.config.errors import ConfigError
-from verl.workers.reward.manager import (
-    NaiveRewardManager,
-    error_handling_kwargs,
-    last_positions,
-    register_reward_manager,
-    trajectory_mask,
-)
+from verl.workers.reward.manager import NaiveRewardManager, error_handling_kwargs, register_reward_manager
+from verl.workers.reward.masks import last_positions, trajectory_mask
 
 
 def overlong_penalty(

@@ -1,5 +1,6 @@
-"""Building the configured reward manager: ``reward_model.reward_manager`` and the scoring function of
-``custom_reward_function`` (a user file), from a typed :class:`verl.config.TrainerConfig`."""
+"""Loading the scoring function of ``custom_reward_function`` (a user file), from a typed
+:class:`verl.config.TrainerConfig`; the reward manager that calls it is built in
+:mod:`verl.workers.reward.factory`."""
 
 from __future__ import annotations
 
@@ -11,11 +12,10 @@ from functools import partial, wraps
 from typing import Any
 
 from verl.config.errors import ConfigError
-from verl.data.io import missing_path_hint
 from verl.errors import InputError
 from verl.utils.imports import import_file
-from verl.workers.reward.manager import ComputeScoreFn, get_reward_manager_cls
-from verl.workers.reward.scorers import default_compute_score
+from verl.utils.paths import missing_path_hint
+from verl.workers.reward.scoring import ComputeScoreFn
 
 
 def load_custom_reward_function(
@@ -65,33 +65,3 @@ def get_custom_reward_fn(config: Any) -> ComputeScoreFn | None:
     fn = load_custom_reward_function(section.path, section.name)
     kwargs = dict(section.reward_kwargs)
     return partial(fn, **kwargs) if kwargs else fn
-
-
-def load_reward_manager(
-    config: Any,
-    tokenizer: Any,
-    num_examine: int = 0,
-    compute_score: ComputeScoreFn | None = None,
-    **kwargs: Any,
-) -> Any:
-    """Build the reward manager named by ``config.reward_model.reward_manager``.
-
-    The scoring function is ``compute_score`` when given (a function passed in code, e.g. by
-    ``RewardOperator``), else ``config.custom_reward_function.path``/``.name`` when a path is set,
-    else :func:`default_compute_score`. Extra ``kwargs`` go to the manager's constructor.
-
-    With ``reward_model.reward_fns``, that function is the ``correctness`` term, and the manager scores each
-    sample with the weighted sum of the per-sample terms (:mod:`verl.workers.reward.combine`).
-    """
-    from verl.config.reward_fns import parse_reward_fns
-    from verl.workers.reward.batch import BatchRewardManager
-    from verl.workers.reward.combine import batched_sample_scorer, sample_scorer
-
-    manager_cls = get_reward_manager_cls(config.reward_model.reward_manager)
-    compute_score = compute_score or get_custom_reward_fn(config) or default_compute_score
-    terms = parse_reward_fns(config.reward_model.reward_fns)
-    if any(not term.per_batch for term in terms):
-        batched = isinstance(manager_cls, type) and issubclass(manager_cls, BatchRewardManager)
-        compute_score = (batched_sample_scorer if batched else sample_scorer)(terms, compute_score)
-    kwargs.setdefault("reward_fn_key", config.data.reward_fn_key)
-    return manager_cls.from_config(config, tokenizer, num_examine, compute_score, **kwargs)

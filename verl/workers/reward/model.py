@@ -32,7 +32,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, PreTrai
 from verl.errors import InputError
 from verl.models.loading import check_model_dir, load_tokenizer
 from verl.protocol import DataProto
-from verl.workers.reward.manager import trajectory_mask
+from verl.workers.reward.masks import trajectory_mask
 
 logger = logging.getLogger(__name__)
 

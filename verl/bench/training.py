@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from benchmarks.harness.common import PROMPT_WIDTH_LIMIT, attn_implementation, load_prompts, recipe_config
-from benchmarks.harness.measure import Case, Prepared, median
+from verl.bench.common import PROMPT_WIDTH_LIMIT, attn_implementation, load_prompts, recipe_config
+from verl.bench.measure import Case, Prepared, median
 from verl.config import derive_sizes
 from verl.protocol import DataProto
 from verl.workers.requests import UpdateRequest
@@ -69,7 +69,7 @@ def rollout_like_batch(worker: ActorRolloutRefWorker, case: Case) -> DataProto:
     rows = len(prompts)
     generator = torch.Generator().manual_seed(case.seed)
     vocab_size = worker.actor_model.get_input_embeddings().num_embeddings
-    eos = worker.eos_token_ids
+    eos = worker.host.eos_token_ids
     lengths = torch.randint(1, max_len + 1, (rows,), generator=generator)
     responses = torch.randint(0, vocab_size, (rows, max_len), generator=generator)
     not_eos = next(i for i in range(vocab_size) if i not in eos)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.harness.common import attn_implementation, load_prompts, recipe_config
-from benchmarks.harness.measure import Case, Prepared
+from verl.bench.common import attn_implementation, load_prompts, recipe_config
+from verl.bench.measure import Case, Prepared
 from verl.models import load_hf_model, load_tokenizer
 from verl.workers.rollout import ROLLOUT_REGISTRY, SamplingParams, get_rollout_class
 
@@ -70,7 +70,7 @@ def setup(case: Case) -> Prepared:
 
 def summarize(case: Case, result: dict[str, Any]) -> dict[str, Any]:
     """The row of the table / JSON for one measured case."""
-    from benchmarks.harness.measure import median
+    from verl.bench.measure import median
 
     seconds = median(result["times_s"])
     tokens = median([r["tokens"] for r in result["runs"]])

@@ -6,7 +6,7 @@
   once by transformers' GGUF loader and saved as an ordinary HuggingFace directory.
 
 Random weights are fine for speed: the work per token does not depend on the values. Every rollout
-ignores EOS anyway (see ``benchmarks.harness.rollout``), so responses have the length asked for.
+ignores EOS anyway (see ``verl.bench.rollout``), so responses have the length asked for.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness.common import recipe_config
+from verl.bench.common import recipe_config
 
 INFO_FILE = "verl_bench_model.json"
 

@@ -1,6 +1,6 @@
 """(e) FSDP2 against DDP: the policy update's speed and what each rank holds, with 1 and 2 ranks.
 
-The update is the train section's (:mod:`benchmarks.harness.training`): the same config
+The update is the train section's (:mod:`verl.bench.training`): the same config
 (``update_config``, padded mode), the same rollout-like batch (``rollout_like_batch``: 64 sequences,
 random response lengths, one optimizer step), the same ``ActorRolloutRefWorker.update_actor``, with
 ``actor_rollout_ref.actor.strategy`` set to ``dp`` (replicated; DDP with more than one rank) or ``fsdp2``
@@ -17,7 +17,8 @@ It starts ranks 1.. before computing anything, as forks of itself (run in-proces
 new interpreters: see `_Helpers`), and they form a gloo process group. Rank 0 drives them through
 that group: before each run of the harness (warm-up and timed) it broadcasts RUN and every rank calls
 ``update_actor`` (its collectives keep them in step); rank 0's run ends when every rank has finished.
-After the last run it broadcasts REPORT, and each rank reports:
+After the last run it broadcasts REPORT, and each rank reports (what every rank runs, its session and
+ranks 1..'s loop, is :mod:`verl.bench.fsdp_rank`; this module is the section and rank 0's driver):
 
 - ``param_bytes`` / ``grad_bytes`` / ``optim_bytes``: `verl.workers.engine.fsdp.local_bytes` of the
   model's parameters, of their ``.grad`` and of the optimizer's state tensors (AdamW: ``exp_avg``,
@@ -36,43 +37,34 @@ are in the RSS, not in the byte columns.
 
 from __future__ import annotations
 
-import ctypes
-import faulthandler
 import gc
 import json
 import multiprocessing
 import os
-import resource
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from dataclasses import asdict, dataclass
-from datetime import timedelta
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 import torch.distributed as dist
-from omegaconf import read_write
 
-from benchmarks.harness.measure import (
-    Case,
-    Prepared,
-    current_rss_mb,
-    make_resident,
-    median,
-    peak_rss_mb,
-    reset_peak_rss,
+from verl.bench.fsdp_rank import (
+    REPORT,
+    RUN,
+    STOP,
+    RankSession,
+    broadcast_command,
+    forked_rank,
+    gather_stats,
+    init_group,
 )
-from benchmarks.harness.training import rollout_like_batch, update_config
-from verl.config import derive_sizes, validate
-from verl.workers.engine.fsdp import local_bytes
-from verl.workers.requests import UpdateRequest
-from verl.workers.roles import ActorRolloutRefWorker
+from verl.bench.measure import Case, Prepared, median
 
 STRATEGIES = ("dp", "fsdp2")
 RANKS = (1, 2)
@@ -80,11 +72,8 @@ THREADS_PER_RANK = 1
 MODE = "padded"
 """the train section's mode the update runs in (the plain padded forward: the prompts are distinct)"""
 
-TIMEOUT_S = 300
-"""of the process group's rendezvous and collectives: a rank that died leaves the others waiting this long"""
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-RUN, REPORT, STOP = 1, 2, 3
+PACKAGE_PARENT = Path(__file__).resolve().parents[2]
+"""the directory holding the ``verl`` package: on a new rank interpreter's path, as on this one's"""
 _ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME")
 
 
@@ -112,72 +101,6 @@ def cases(
     ]
 
 
-def strategy_config(case: Case) -> Any:
-    """The train section's config (``update_config``) with the case's strategy, validated again."""
-    config = update_config(case)
-    with read_write(config):
-        config.actor_rollout_ref.actor.strategy = case.params["strategy"]
-    validate(config)
-    return config
-
-
-class RankSession:
-    """One rank's worker and its share of the batch (the process group, if any, is already formed)."""
-
-    def __init__(self, case: Case, rank: int, world: int) -> None:
-        config = strategy_config(case)
-        self.worker = ActorRolloutRefWorker(config, total_training_steps=1000, need_ref=False)
-        batch = rollout_like_batch(self.worker, case)  # the same full batch on every rank (seeded by case)
-        self.shard = batch.chunk(world)[rank] if world > 1 else batch
-        self.request = UpdateRequest(derive_sizes(config), progress=0.0)
-        attention = batch.batch["attention_mask"]
-        self.info = {
-            "real_tokens": int(attention.sum()),
-            "padded_tokens": int(attention.numel()),
-            "response_tokens": int(batch.batch["response_mask"].sum()),
-            "mean_response_length": float(batch.batch["response_mask"].sum(-1).float().mean()),
-            "rows_per_rank": len(self.shard),
-            "n_params": sum(p.numel() for p in self.worker.actor_model.parameters()),
-        }
-
-    def update(self) -> None:
-        self.worker.update_actor(self.shard, self.request)
-
-    def held_bytes(self) -> dict[str, int]:
-        """What this rank holds of the trained state, after an update."""
-        params = list(self.worker.actor_model.parameters())
-        grads = [p.grad for p in params if p.grad is not None]
-        state = self.worker.actor.optimizer.state.values()
-        optim = [v for s in state for v in s.values() if isinstance(v, torch.Tensor)]
-        held = {
-            "param_bytes": local_bytes(params),
-            "grad_bytes": local_bytes(grads),
-            "optim_bytes": local_bytes(optim),
-        }
-        held["state_bytes"] = sum(held.values())
-        return held
-
-
-def _command(code: int) -> int:
-    """Rank 0 sends ``code`` to every rank (the others pass anything and get rank 0's)."""
-    tensor = torch.tensor([code], dtype=torch.int64)
-    dist.broadcast(tensor, src=0)
-    return int(tensor.item())
-
-
-def _gather(stats: dict[str, Any]) -> list[dict[str, Any]]:
-    if not (dist.is_initialized() and dist.get_world_size() > 1):
-        return [stats]
-    out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, stats)
-    return out
-
-
-def _cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -195,30 +118,6 @@ def _rank_env(rank: int, world: int, port: int) -> dict[str, str]:
     if sys.platform.startswith("linux"):
         env["GLOO_SOCKET_IFNAME"] = os.environ.get("GLOO_SOCKET_IFNAME", "lo")
     return env
-
-
-def _init_group(rank: int, world: int, helpers: _Helpers | None = None) -> None:
-    """Join the case's gloo group. Rank 0 serves the rendezvous store and waits until every other rank
-    has connected to it, or has died (then it raises with their output instead of waiting TIMEOUT_S)."""
-    timeout = timedelta(seconds=TIMEOUT_S)
-    port = int(os.environ["MASTER_PORT"])
-    store = dist.TCPStore(
-        "127.0.0.1", port, world, is_master=rank == 0, timeout=timeout, wait_for_workers=False
-    )
-    if rank == 0:
-        ready = [f"ready{r}" for r in range(1, world)]
-        deadline = time.monotonic() + TIMEOUT_S
-        while not store.check(ready):
-            dead = [p.returncode for p in helpers.procs if p.poll() is not None] if helpers else []
-            if dead or time.monotonic() > deadline:
-                why = f"exited with {dead}" if dead else f"did not connect within {TIMEOUT_S} s"
-                raise RuntimeError(
-                    f"the other ranks {why}; their output:\n{helpers.log_tail() if helpers else ''}"
-                )
-            time.sleep(0.1)
-    else:
-        store.set(f"ready{rank}", "1")
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
 
 
 class _ForkedRank:
@@ -276,12 +175,14 @@ class _Helpers:
                 sys.stderr.flush()
                 pid = os.fork()
                 if pid == 0:
-                    _forked_rank(case, rank, world, env, log.fileno())
+                    forked_rank(case, rank, world, env, log.fileno())
                 procs.append(_ForkedRank(pid))
                 continue
             env = {**os.environ, **env, "OMP_NUM_THREADS": str(case.threads)}
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-            command = [sys.executable, "-c", "from benchmarks.harness.fsdp import rank_main; rank_main()"]
+            env["PYTHONPATH"] = os.pathsep.join(
+                filter(None, [str(PACKAGE_PARENT), os.environ.get("PYTHONPATH")])
+            )
+            command = [sys.executable, "-c", "from verl.bench.fsdp_rank import rank_main; rank_main()"]
             procs.append(
                 subprocess.Popen(
                     [*command, json.dumps(asdict(case))], env=env, stdout=log, stderr=subprocess.STDOUT
@@ -335,7 +236,7 @@ def setup(case: Case) -> Prepared:
     helpers = _Helpers.start(case) if world > 1 else None
     try:
         if helpers is not None:
-            _init_group(0, world, helpers)
+            init_group(0, world, helpers)
         session = RankSession(case, 0, world)
     except BaseException as e:
         if helpers is not None:
@@ -354,7 +255,7 @@ def setup(case: Case) -> Prepared:
         nonlocal failed
         try:
             if helpers is not None:
-                _command(RUN)
+                broadcast_command(RUN)
             session.update()
             if helpers is not None:
                 dist.barrier()  # the run ends when every rank's update has
@@ -370,12 +271,14 @@ def setup(case: Case) -> Prepared:
         try:
             if not failed:
                 if helpers is not None:
-                    _command(REPORT)
-                ranks = _gather({"rank": 0, "torch_threads": torch.get_num_threads(), **session.held_bytes()})
+                    broadcast_command(REPORT)
+                ranks = gather_stats(
+                    {"rank": 0, "torch_threads": torch.get_num_threads(), **session.held_bytes()}
+                )
                 info["ranks"] = sorted(ranks, key=lambda r: r["rank"])
                 info["helper_cpu_s"] = sum(r.get("cpu_s", 0.0) for r in ranks[1:])
             if helpers is not None and not failed:
-                _command(STOP)
+                broadcast_command(STOP)
         finally:
             # After a failed run the other ranks are dead or stuck in a collective: a short wait.
             problem = helpers.stop(wait_s=2.0 if failed else 30.0) if helpers is not None else None
@@ -392,83 +295,6 @@ def _leave_group(had_group: bool) -> None:
     """Destroy the process group this case formed (FSDP2 forms a one-process one for 1 rank)."""
     if not had_group and dist.is_initialized():
         dist.destroy_process_group()
-
-
-def _die_with_parent() -> None:
-    """Linux: this rank is killed when rank 0's process ends, however it ends."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-
-
-def rank_main() -> NoReturn:
-    """A rank other than 0 in a new interpreter: the case as JSON in argv, its place in the env."""
-    case = Case(**json.loads(sys.argv[1]))
-    _run_rank(case, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
-
-
-def _forked_rank(case: Case, rank: int, world: int, env: dict[str, str], log_fd: int) -> NoReturn:
-    """A rank other than 0 in a fork of rank 0's process: its output into the ranks' log."""
-    os.dup2(log_fd, 1)
-    os.dup2(log_fd, 2)
-    os.environ.update(env)
-    _run_rank(case, rank, world)
-
-
-def _run_rank(case: Case, rank: int, world: int) -> NoReturn:
-    """Serve rank 0 until STOP, then leave at once: no teardown. (Tearing down did hang now and then: a
-    DDP reducer freed after its process group was destroyed; and a fork must never return into the
-    harness's code.)"""
-    code = 1
-    try:
-        _rank_loop(case, rank, world)
-        code = 0
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-
-def _rank_loop(case: Case, rank: int, world: int) -> None:
-    """The same setup as rank 0's, then RUN / REPORT / STOP as rank 0 broadcasts them."""
-    _die_with_parent()
-    from transformers.utils import logging as hf_logging
-
-    from verl.utils.seeding import set_seed
-
-    if hasattr(signal, "SIGUSR1"):
-        faulthandler.register(signal.SIGUSR1, all_threads=True)  # rank 0 asks where a stuck rank is
-    hf_logging.disable_progress_bar()
-    torch.set_num_threads(case.threads)
-    set_seed(case.seed)
-    _init_group(rank, world)
-    session = RankSession(case, rank, world)
-    make_resident([session.worker.actor_model])
-    rss_after_setup = current_rss_mb()
-    reset_peak_rss()
-    cpu0 = _cpu_s()
-    while (code := _command(0)) != STOP:
-        if code == RUN:
-            session.update()
-            dist.barrier()
-        elif code == REPORT:
-            peak = peak_rss_mb()
-            delta = None if rss_after_setup is None else max(peak - rss_after_setup, 0.0)
-            _gather(
-                {
-                    "rank": rank,
-                    "torch_threads": torch.get_num_threads(),
-                    **session.held_bytes(),
-                    "rss_after_setup_mb": rss_after_setup,
-                    "peak_rss_mb": peak,
-                    "peak_delta_mb": delta,
-                    "cpu_s": _cpu_s() - cpu0,
-                }
-            )
 
 
 def correct_contention(result: dict[str, Any]) -> None:

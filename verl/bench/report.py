@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.harness.measure import BUSY_PCT
+from verl.bench.measure import BUSY_PCT
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -11,9 +11,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import fsdp, rollout, step, training
-from benchmarks.harness.common import load_average, machine_info, write_task_data
-from benchmarks.harness.measure import (
+from verl.bench import fsdp, rollout, step, training
+from verl.bench.common import load_average, machine_info, write_task_data
+from verl.bench.measure import (
     BUSY_PCT,
     MIN_REPEATS,
     Case,
@@ -22,7 +22,7 @@ from benchmarks.harness.measure import (
     run_case,
     wait_for_idle,
 )
-from benchmarks.harness.models import (
+from verl.bench.models import (
     ModelSpec,
     ModelUnavailable,
     PreparedModel,
@@ -30,7 +30,7 @@ from benchmarks.harness.models import (
     prepare_model,
     verl_home,
 )
-from benchmarks.harness.report import render
+from verl.bench.report import render
 
 SECTIONS = {"rollout": rollout, "train": training, "step": step, "fsdp": fsdp}
 PRELOAD = [module.__name__ for module in SECTIONS.values()]

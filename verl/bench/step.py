@@ -21,9 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness.common import attn_implementation, prompt_width, recipe_config
-from benchmarks.harness.measure import Case, Prepared, median
-from benchmarks.harness.rollout import engines
+from verl.bench.common import attn_implementation, prompt_width, recipe_config
+from verl.bench.measure import Case, Prepared, median
+from verl.bench.rollout import engines
 from verl.data import collate_rl, iterate_batches
 from verl.trainer.rl_trainer import RLTrainer
 

@@ -1,0 +1,92 @@
+"""Typed configuration schema of the reward sections: ``custom_reward_function`` and ``reward_model`` (the
+manager, the reward workers, the reward model, the weighted reward terms and DAPO's overlong buffer). Part of
+:mod:`verl.config.schema` (which re-exports every class here); the conventions are described there.
+"""
+
+# ruff: noqa: UP007, UP045
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass
+class CustomRewardFunctionConfig:
+    """``custom_reward_function``: a user-supplied scoring function."""
+
+    path: Optional[str] = None
+    """python file defining the function; None = built-in scorers chosen by data_source"""
+    name: str = "compute_score"
+    """function name inside that file"""
+    reward_kwargs: dict[str, Any] = field(default_factory=dict)
+    """free-form keyword arguments bound to that function (as in verl)"""
+
+
+@dataclass
+class OverlongBufferConfig:
+    """``reward_model.overlong_buffer`` (DAPO's soft overlong punishment, used by the ``dapo`` manager)."""
+
+    enable: bool = False
+    """penalise responses that run into the last ``len`` tokens of max_response_length (reward_manager=dapo
+    only; refused with the naive and batch managers)"""
+    len: int = 4
+    """length of the penalty ramp at the end of the response budget, in tokens"""
+    penalty_factor: float = 1.0
+    """penalty at the full response length (linear ramp from 0 at max_response_length - len)"""
+
+
+@dataclass
+class RewardModelModelConfig:
+    """``reward_model.model``: the reward model scoring each response (``reward_model.enable=true``)."""
+
+    path: Optional[str] = None
+    """directory (or hub id) of an AutoModelForSequenceClassification checkpoint with one label (a trained score
+    head) and its tokenizer; required with reward_model.enable=true"""
+    input_tokenizer: Optional[str] = None
+    """tokenizer directory that decodes the policy's responses before the reward model's chat template re-encodes
+    them; null = the policy's own tokenizer (verl's default, ${actor_rollout_ref.model.path}). The chat template
+    is always the reward model's (verl's null feeds the policy's token ids unchanged instead)"""
+    trust_remote_code: bool = False
+    """allow model code shipped in the reward model's directory"""
+
+
+@dataclass
+class RewardModelConfig:
+    """``reward_model``: how rewards are computed."""
+
+    enable: bool = False
+    """score every response with the reward model at reward_model.model.path (verl's reward_model.enable): its
+    score replaces the rule score, as in verl, unless reward_fns names terms (then the reward_model term weighs
+    it in); its score is the reward field rm_score (reward_extra/rm_score/mean)"""
+    model: RewardModelModelConfig = field(default_factory=RewardModelModelConfig)
+    """the reward model (read with enable=true)"""
+    micro_batch_size_per_gpu: Optional[int] = None
+    """samples per reward-model forward pass in each reward worker; null = all of a worker's samples at once"""
+    max_length: Optional[int] = None
+    """tokens of one reward-model input (the chat-formatted prompt and response), cut from the right (the end is
+    dropped, as verl does); null = data.max_prompt_length + data.max_response_length"""
+    reward_fns: list[Any] = field(default_factory=list)
+    """the sample's reward as a weighted sum of terms, score = sum of weight x term (TRL's reward_funcs +
+    reward_weights). Each item: a name, or {name: ..., weight: 1.0, kwargs: {}}. Names: correctness (today's
+    rule score: custom_reward_function, else the data_source's scorer), format (1.0 when the response has its
+    data source's final-answer format), length (0 up to kwargs.threshold tokens, default 80% of
+    data.max_response_length, then falling linearly to -1 there), reward_model (the reward model's score;
+    needs enable=true), path/to/file.py:fn (a function with the scorer signature; kwargs bound to it). Each
+    term is also a reward field named after it (reward_extra/<name>/mean; the reward_model term's is rm_score,
+    as every row's reward_model column holds its ground truth). [] = the rule score alone"""
+
+    reward_manager: str = "naive"
+    """reward manager: naive | dapo (naive + overlong reward shaping)"""
+    num_examine: int = 0
+    """decoded samples per batch to print for inspection"""
+    num_workers: int = 1
+    """reward workers (each batch is split across them); with trainer.backend=ray each is its own process"""
+    error_policy: str = "fail"
+    """a reward function that raises, times out or returns NaN / inf / a non-number for a sample: fail (stop,
+    naming the sample) | zero (log the sample, score it 0, flag it in the reward_error field: reward/errors)"""
+    timeout_s: Optional[float] = 60.0
+    """seconds one reward call may run (per sample; per batch for reward_manager=batch); a call that runs longer
+    is a reward error naming the sample (handled per error_policy). null = no limit (a hung reward function then
+    hangs the run). The call runs on a helper thread; a timed-out one is abandoned (Python cannot kill a
+    thread), and a scorer that needs the main thread (signal-based timeouts) needs null"""
+    overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
+    """DAPO overlong reward shaping (reward_manager=dapo)"""
