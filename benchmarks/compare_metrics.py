@@ -20,13 +20,14 @@ def load(path: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def differences(a: list[dict], b: list[dict]) -> list[str]:
+def differences(a: list[dict], b: list[dict], skip: tuple[str, ...] = SKIP) -> list[str]:
+    """Every difference of two runs' rows, step by step, in the keys not starting with one of ``skip``."""
     found = []
     if len(a) != len(b):
         found.append(f"{len(a)} vs {len(b)} rows")
     for ra, rb in zip(a, b, strict=False):
-        keys_a = {k for k in ra if not k.startswith(SKIP)}
-        keys_b = {k for k in rb if not k.startswith(SKIP)}
+        keys_a = {k for k in ra if not k.startswith(skip)}
+        keys_b = {k for k in rb if not k.startswith(skip)}
         if keys_a != keys_b:
             found.append(f"step {ra.get('step')}: keys only on one side: {sorted(keys_a ^ keys_b)}")
         found += [

@@ -13,10 +13,11 @@ gives the same metrics to the last bit.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
+
+import compare_metrics
 
 RUNS: dict[str, list[str]] = {
     "gae": ["algorithm.adv_estimator=gae"],
@@ -90,20 +91,7 @@ def run_all(out: Path, names: list[str]) -> None:
 
 
 def differences(a: Path, b: Path) -> list[str]:
-    rows_a = [json.loads(line) for line in a.read_text().splitlines() if line.strip()]
-    rows_b = [json.loads(line) for line in b.read_text().splitlines() if line.strip()]
-    found = [] if len(rows_a) == len(rows_b) else [f"{len(rows_a)} vs {len(rows_b)} rows"]
-    for ra, rb in zip(rows_a, rows_b, strict=False):
-        keys_a = {k for k in ra if not k.startswith(SKIP)}
-        keys_b = {k for k in rb if not k.startswith(SKIP)}
-        if keys_a != keys_b:
-            found.append(f"step {ra.get('step')}: keys on one side only: {sorted(keys_a ^ keys_b)}")
-        found += [
-            f"step {ra.get('step')}: {k} {ra[k]!r} vs {rb[k]!r}"
-            for k in sorted(keys_a & keys_b)
-            if ra[k] != rb[k]
-        ]
-    return found
+    return compare_metrics.differences(compare_metrics.load(a), compare_metrics.load(b), skip=SKIP)
 
 
 def main() -> int:
