@@ -190,3 +190,25 @@ def test_a_custom_step_takes_its_batch_from_the_modes_source(tiny_model_dir, ari
             ASYNC,
             f"trainer.step={steps}:generates_itself",
         )
+
+
+def test_with_lora_the_rollout_gets_the_base_once_then_the_adapters(
+    tiny_model_dir, arithmetic_files, tmp_path
+):
+    """separate_async + LoRA: the first copy is whole, the later ones the adapters alone; after the run the
+    rollout's model (adapters and base) equals the actor's, tensor for tensor."""
+    trainer = run(
+        tiny_model_dir, arithmetic_files, tmp_path / "lora", ASYNC, "actor_rollout_ref.model.lora_rank=8"
+    )
+    actor = trainer.controller.group("actor_rollout").workers[0]
+    rollout = trainer.controller.group("rollout").workers[0]
+    assert rollout.host.version == 3
+    policy = actor.actor_model.state_dict()
+    held = rollout.model.state_dict()
+    assert policy.keys() == held.keys() and any("lora_A" in k for k in policy)
+    assert all(torch.equal(held[k], v) for k, v in policy.items())
+    adapters = actor.get_weights(trained_only=True)
+    assert adapters["complete"] is False and adapters["names"]
+    assert all(".lora_A." in name or ".lora_B." in name for name in adapters["names"])
+    whole = actor.get_weights()
+    assert whole["complete"] is True and len(whole["names"]) > len(adapters["names"])

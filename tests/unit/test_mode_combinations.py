@@ -40,8 +40,6 @@ BASE = ["prepare.enable=false", f"{ARR}.model.path=unused"]
 REFUSED_PAIRS: dict[frozenset[str], str] = {
     frozenset(pair): reason
     for pair, reason in [
-        (("hf", "colocate_async"), "pauses generations mid-way, which only rollout.name=fast does"),
-        (("vllm", "colocate_async"), "pauses generations mid-way, which only rollout.name=fast does"),
         (("tools", "colocate_async"), "does not support agent loops / multi-turn yet"),
     ]
 }

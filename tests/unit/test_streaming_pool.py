@@ -234,3 +234,68 @@ def test_partial_rollout_tokens_carry_the_log_probs_of_the_weights_that_drew_the
         got = batch.batch["rollout_log_probs"]
         torch.testing.assert_close(got[mask], expected[mask], atol=2e-4, rtol=0)
         assert bool(((versions >= 0) == mask).all())
+
+
+class ScriptedServedEngine:
+    """A stand-in for an engine that cannot stop a decode part-way (vLLM's token-in / token-out API): each
+    request answers TOKEN until the row has (length marker) tokens, then STOP, at most max_new_tokens of them.
+    It records each request's prompt length, seed and version."""
+
+    eos_token_ids = [STOP]
+    pad_token_id = PAD
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[int, int | None, int | None]] = []
+
+    def generate_tokens(self, requests):
+        from verl.workers.rollout.base import TokenResponse
+
+        answers = []
+        for request in requests:
+            prompt = request.prompt_ids
+            self.requests.append((len(prompt), request.seed, request.weights_version))
+            total, have = prompt[1] - 10, len(prompt) - 2
+            ids = []
+            for t in range(request.sampling.max_new_tokens):
+                ids.append(STOP if have + t + 1 > total else TOKEN)
+                if ids[-1] == STOP:
+                    break
+            reason = "stop" if ids[-1] == STOP else "length"
+            answers.append(
+                TokenResponse(request.request_id, ids, [-(t + 1.0) for t in range(len(ids))], reason)
+            )
+        return answers
+
+
+def test_an_engine_that_cannot_stop_part_way_is_interrupted_and_resumed_chunk_by_chunk():
+    """decode_in_chunks gives any engine the fast engine's decode_until: with chunks of 2 tokens (a quarter of
+    8), the pool stops after the chunk that completes two groups, exactly where the fast engine stopped in
+    test_collect_hands_over_..., and the interrupted rows continue later, each prefilled again with its prompt
+    and its tokens so far, under the new version."""
+    from verl.workers.rollout.base import SamplingParams
+    from verl.workers.rollout.chunked import decode_in_chunks
+
+    engine, sampling = ScriptedServedEngine(), SamplingParams(max_new_tokens=8)
+    versions = iter([0, 1])  # one decode call per collect
+
+    def decode(batch, enough, generator):
+        return decode_in_chunks(engine, batch, sampling, enough, generator, weights_version=next(versions))
+
+    p = pool()
+    p.submit(groups([[6, 1], [2, 2], [1, 3], [5, 5]]))
+    batch = p.collect(2, decode, version=0)
+    assert list(dict.fromkeys(batch.non_tensor_batch["uid"])) == ["g1", "g2"]
+    assert lengths_of(batch) == [3, 3, 2, 4]
+    assert [len(r.tokens) for r in p.rows["g0"]] == [4, 2] and [len(r.tokens) for r in p.rows["g3"]] == [4, 4]
+    # two chunks: 8 rows from the bare prompts, then the 6 still running, prompt + their 2 tokens
+    assert [n for n, _, _ in engine.requests] == [2] * 8 + [4] * 6
+    engine.requests.clear()
+    batch = p.collect(2, decode, version=1)
+    assert list(dict.fromkeys(batch.non_tensor_batch["uid"])) == ["g0", "g3"]
+    assert {n for n, _, _ in engine.requests} >= {6}  # resumed: the 3 interrupted rows, prompt + 4 tokens
+    assert {v for _, _, v in engine.requests} == {1}
+    mask = batch.batch["response_mask"].bool()
+    assert batch.batch["token_versions"][0][mask[0]].tolist() == [0, 0, 0, 0, 1, 1, 1]
+    # each request of a chunk has its own seed, drawn from the pool's seeded generator
+    seeds = [s for _, s, _ in engine.requests]
+    assert len(set(seeds)) == len(seeds) and None not in seeds

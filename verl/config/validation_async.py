@@ -40,7 +40,6 @@ def async_errors(errors: list[str], cfg: DictConfig) -> None:
             f"async_training.require_batches={fully.require_batches}: here one ppo mini-batch is one optimizer "
             f"step; make {ARR}.actor.ppo_mini_batch_size {fully.require_batches}x larger instead"
         )
-    rollout_name = cfg.actor_rollout_ref.rollout.name
     if mode == "colocate_async":
         check_at_least(
             errors, f"{key}.colocate_async.num_warmup_batches", v1.colocate_async.num_warmup_batches, 0
@@ -56,17 +55,7 @@ def async_errors(errors: list[str], cfg: DictConfig) -> None:
                 "async_training.partial_rollout=false with colocate_async: verl's colocate_async always continues "
                 "the generations an update interrupted, under the new weights"
             )
-        if rollout_name != "fast":
-            errors.append(
-                f"{key}.trainer_mode=colocate_async pauses generations mid-way, which only rollout.name=fast does "
-                f"(it is {rollout_name})"
-            )
     else:
-        if streaming and rollout_name != "fast":
-            errors.append(
-                f"async_training.staleness_threshold={fully.staleness_threshold}: the streaming rollout interrupts "
-                f"generations mid-way, which only rollout.name=fast does (it is {rollout_name})"
-            )
         _separate_async_errors(errors, cfg)
     pooled = mode == "colocate_async" or streaming
     if pooled and _uses_agent_loop(cfg.actor_rollout_ref.rollout):

@@ -232,7 +232,10 @@ class AheadSource(BatchSource):
     def _sync_weights(self, flow: Controller, version: int) -> None:
         """The actor's weights (after its last update, in the actor role's order) into the rollout, queued
         behind the generations already declared there. Neither call holds up the end of the step."""
-        weights = flow.call("actor_rollout", "get_weights", name="get_weights", background=True)
+        # after the first (whole) copy, LoRA's adapters alone: the base never changes
+        weights = flow.call(
+            "actor_rollout", "get_weights", trained_only=self._primed, name="get_weights", background=True
+        )
         self._last_sync = flow.call(
             ROLLOUT, "set_weights", weights=weights, version=version, name="update_weights", background=True
         )

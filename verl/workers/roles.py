@@ -249,16 +249,29 @@ class ActorRolloutRefWorker(HostCalls, Worker):
         return metrics
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def get_weights(self) -> dict[str, Any] | None:
-        """A CPU copy of the policy's whole weights, packed (`pack_weights`), for a rollout with its own model
-        (asynchronous training): rank 0's (gathered when sharded, a collective); the other ranks answer None."""
+    def get_weights(self, trained_only: bool = False) -> dict[str, Any] | None:
+        """A CPU copy of the policy's weights, packed (`pack_weights`), for a rollout with its own model
+        (asynchronous training): rank 0's (gathered when sharded, a collective); the other ranks answer None.
+        ``trained_only``: with LoRA, the adapters alone (the base never changes: a rollout that holds it needs
+        only them; ``complete`` is then False); without LoRA the whole weights either way."""
+        adapters = trained_only and has_adapters(self.actor_model)
         with self.actor.resident():
-            if self.sharded:
+            if adapters:  # every rank takes part in a sharded tensor's gather, in the same order
+                weights = {
+                    name: (param.full_tensor() if hasattr(param, "full_tensor") else param)
+                    .detach()
+                    .cpu()
+                    .clone()
+                    for name, param in self.actor_model.named_parameters()
+                    if param.requires_grad
+                }
+            elif self.sharded:
                 weights = full_weights_on_rank0(self.actor_model)
-                return pack_weights(weights) if self.rank == 0 else None
+            elif self.rank == 0:
+                weights = self.actor_model.state_dict()  # (pack_weights copies: torch.cat allocates)
             if self.rank != 0:
                 return None
-            return pack_weights(self.actor_model.state_dict())  # a copy: torch.cat allocates the buffers
+            return {**pack_weights(weights), "complete": not adapters}
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_hf(self, path: str) -> None:

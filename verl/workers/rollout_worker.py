@@ -58,14 +58,15 @@ class RolloutWorker(HostCalls, Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def set_weights(self, weights: dict[str, Any] | list[Any], version: int) -> None:
-        """Copy the actor's weights in (every parameter and buffer must be there) and take their version.
-        ``weights``: a state dict or `pack_weights`' form, or the actor group's answer, one per rank (rank 0's
-        holds them)."""
+        """Copy the actor's weights in and take their version: every parameter and buffer, or (``complete``
+        False in `get_weights`' answer) the LoRA adapters alone over the base held already. ``weights``: a state
+        dict or `pack_weights`' form, or the actor group's answer, one per rank (rank 0's holds them)."""
         if isinstance(weights, list):
             weights = next(w for w in weights if w is not None)
+        complete = bool(weights.get("complete", True))
         if "buffers" in weights:
             weights = unpack_weights(weights)
-        self.host.load_weights(weights, version)
+        self.host.load_weights(weights, version, complete=complete)
 
     def get_state(self) -> dict[str, Any]:
         return {"weights": {k: v.detach().clone() for k, v in self.model.state_dict().items()},

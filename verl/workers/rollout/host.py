@@ -36,6 +36,7 @@ from verl.workers.engine.distributed import gather_rows, shared_seed
 from verl.workers.engine.trained import with_tied_names
 from verl.workers.rollout import SamplingParams, get_rollout_class
 from verl.workers.rollout.base import with_prompt_fields
+from verl.workers.rollout.chunked import decode_in_chunks
 from verl.workers.rollout.server import RolloutServer, generate_batch
 from verl.workers.rollout.streaming import StreamingPool
 
@@ -202,12 +203,13 @@ class RolloutHost:
 
     # ------------------------------------------------------------------ weights
 
-    def load_weights(self, weights: dict[str, torch.Tensor], version: int) -> None:
-        """A whole state dict (every parameter and buffer of the model) copied in, as ``version``; an engine
-        with weights of its own takes them at its next generation."""
+    def load_weights(self, weights: dict[str, torch.Tensor], version: int, complete: bool = True) -> None:
+        """A state dict copied in, as ``version``: the whole model's (every parameter and buffer), or with
+        ``complete`` False some of them (LoRA's adapters) over the rest held already. An engine with weights of
+        its own takes them at its next generation."""
         # a gathered state dict may name a tied weight (the LM head) once
         missing, unexpected = self.model.load_state_dict(with_tied_names(self.model, weights), strict=False)
-        if missing or unexpected:
+        if (missing and complete) or unexpected:
             raise RuntimeError(
                 f"the actor's weights do not fit the rollout's model: missing {missing[:5]}, unexpected "
                 f"{unexpected[:5]}"
@@ -219,8 +221,20 @@ class RolloutHost:
     def _decode(
         self, batch: DataProto, enough: Callable[[torch.Tensor], bool], generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor, int]:
-        with self.resident(), self.gathered():
-            return self.engine.decode_until(batch.to(self.device), self.sampling(False), enough, generator)
+        """One decode of the pool's unfinished rows until ``enough``: the fast engine stops its own loop; any
+        other engine decodes in chunks, each row prefilled again from its tokens so far (`decode_in_chunks`)."""
+        engine, sampling = self.engine, self.sampling(False)
+        with self.resident():
+            if hasattr(engine, "decode_until"):
+                with self.gathered():
+                    return engine.decode_until(batch.to(self.device), sampling, enough, generator)
+            if not engine.owns_weights:
+                with self.gathered():
+                    return decode_in_chunks(engine, batch.to(self.device), sampling, enough, generator)
+            with engine.awake():
+                if engine.weights_version != self.version:
+                    engine.sync_weights(self.model, self.version)
+                return decode_in_chunks(engine, batch, sampling, enough, generator, self.version)
 
     def pool_version(self, train_step: int) -> int:
         return self.version if self._pool_version is None else self._pool_version(train_step)
