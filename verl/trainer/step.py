@@ -72,7 +72,7 @@ def train_on(
     """Everything of the step after generation: score ∥ old log-probs ∥ reference ∥ values → advantages →
     critic → actor, on a batch from any source."""
     metrics = [] if metrics is None else metrics
-    if plan.refill_until_varied:  # DAPO: keep groups whose rewards differ, generate more until full
+    if plan.refill_until_varied:  # DAPO: keep groups whose rewards differ, more from the source until full
         batch, refill_metrics = refill_until_varied(flow, plan, step, batch, more)
         metrics.append(refill_metrics)
     if plan.balance:  # about the same number of tokens for every data-parallel rank

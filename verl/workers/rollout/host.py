@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -112,9 +112,8 @@ class RolloutHost:
         arr = self.config.actor_rollout_ref
         engine_cls = get_rollout_class(arr.rollout.name)
         options: dict[str, Any] = {}
-        if (
-            engine_cls.owns_weights
-        ):  # an inference engine (vllm): its own copy of the weights, its own settings
+        if engine_cls.owns_weights:
+            # an inference engine (vllm): its own copy of the weights, its own settings
             options = {
                 "config": arr.rollout,
                 "max_model_len": self.config.data.max_prompt_length + self.config.data.max_response_length,
@@ -123,9 +122,8 @@ class RolloutHost:
             }
         micro = arr.rollout.micro_batch_size
         engine = engine_cls(self.model, self.eos_token_ids, self.pad_token_id, micro, **options)
-        if (
-            not engine_cls.owns_weights
-        ):  # it computes with the module: in its role's dtype unless rollout.dtype
+        if not engine_cls.owns_weights:
+            # it computes with the module: in its role's dtype unless rollout.dtype says otherwise
             engine.compute_dtype = rollout_compute_dtype(arr.rollout.dtype, self.compute, self.model)
         self._engine = engine
         if arr.rollout.mode == "async":
@@ -175,10 +173,7 @@ class RolloutHost:
             with self.gathered():
                 return self._generate_here(prompts, sampling, None)
         version = self.version
-        with engine.awake():
-            if engine.weights_version != version:
-                # FSDP2 shards are gathered one tensor at a time as the engine reads them
-                engine.sync_weights(self.model, version)
+        with self._synced(engine):
             if self.engine_group is None:
                 return self._generate_here(prompts, sampling, version)
             # A tensor-parallel engine: its ranks generate the group's prompts together, drawing with shared
@@ -190,6 +185,15 @@ class RolloutHost:
                 DataProto.from_dict(tensors=tensors), sampling, weights_version=version, seed=seed
             )
             return output[mine]
+
+    @contextlib.contextmanager
+    def _synced(self, engine: Any) -> Iterator[None]:
+        """An engine with weights of its own, awake and holding the version held here (synchronised first if
+        not: FSDP2 shards are gathered one tensor at a time as the engine reads them)."""
+        with engine.awake():
+            if engine.weights_version != self.version:
+                engine.sync_weights(self.model, self.version)
+            yield
 
     def _generate_here(self, prompts: DataProto, sampling: SamplingParams, version: int | None) -> DataProto:
         """This rank's engine generates: through the agent loops, the server, or one batch call."""
@@ -231,9 +235,7 @@ class RolloutHost:
             if not engine.owns_weights:
                 with self.gathered():
                     return decode_in_chunks(engine, batch.to(self.device), sampling, enough, generator)
-            with engine.awake():
-                if engine.weights_version != self.version:
-                    engine.sync_weights(self.model, self.version)
+            with self._synced(engine):
                 return decode_in_chunks(engine, batch, sampling, enough, generator, self.version)
 
     def pool_version(self, train_step: int) -> int:
