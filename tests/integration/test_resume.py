@@ -218,15 +218,22 @@ def test_one_step_off_sigkill_then_resume_matches_uninterrupted(
     """trainer.v1.trainer_mode=separate_async: the batch generated ahead is in the checkpoint, so a resumed
     run trains exactly what the uninterrupted one did, staleness included. Streaming (fully async) and
     colocate_async: the pool of unfinished and unclaimed generations too."""
+    expected = assert_sigkill_resumes_exactly(tiny_model_dir, arithmetic_files, tmp_path, *ASYNC_MODES[mode])
+    staleness = [expected[step]["training/off_policy/trajectory_staleness/max"] for step in expected if step]
+    assert max(staleness) >= 1.0, staleness  # stale samples trained
+
+
+def assert_sigkill_resumes_exactly(model_dir, files, tmp_path, *extra):
+    """An uninterrupted run, then the same run SIGKILLed after step 2 and resumed: every non-timing metric of
+    every step equal. Returns the uninterrupted run's metrics by step."""
     reward = tmp_path / "reward.py"
     reward.write_text(REWARD_FILE)
-    one_step_off = ASYNC_MODES[mode]
     reference_dir = tmp_path / "uninterrupted"
-    code, stderr = run_cli(overrides(tiny_model_dir, arithmetic_files, reference_dir, reward, *one_step_off))
+    code, stderr = run_cli(overrides(model_dir, files, reference_dir, reward, *extra))
     assert code == 0, stderr[-3000:]
     expected = metrics_by_step(reference_dir)
     out = tmp_path / "killed"
-    args = overrides(tiny_model_dir, arithmetic_files, out, reward, *one_step_off)
+    args = overrides(model_dir, files, out, reward, *extra)
     code, _ = run_cli(args, kill_after_step=2)
     assert code == -signal.SIGKILL
     done = int((out / "latest_checkpointed_iteration.txt").read_text())
@@ -235,7 +242,6 @@ def test_one_step_off_sigkill_then_resume_matches_uninterrupted(
     assert code == 0, stderr[-3000:]
     resumed = metrics_by_step(out)
     assert sorted(resumed) == sorted(expected) == list(range(TOTAL_STEPS + 1))
-    staleness = [expected[step]["training/off_policy/trajectory_staleness/max"] for step in expected if step]
-    assert max(staleness) >= 1.0, staleness  # stale samples trained
     for step in range(1, TOTAL_STEPS + 1):
         assert resumed[step] == expected[step], f"step {step} differs after resuming from step {done}"
+    return expected

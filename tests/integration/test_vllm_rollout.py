@@ -438,27 +438,8 @@ def test_async_vllm_resumes_after_sigkill_as_the_uninterrupted_run(
     colocate_async: the actor's pool decodes with vLLM chunk by chunk (tests/unit/test_streaming_pool.py has the
     interruption itself, on a stand-in engine). Either way a run SIGKILLed mid-way resumes to the same metrics as
     the uninterrupted run (vLLM on the CPU samples deterministically for a given seed, so equality is exact)."""
-    import signal
+    from test_resume import assert_sigkill_resumes_exactly
 
-    from test_resume import REWARD_FILE, TOTAL_STEPS, metrics_by_step, overrides, run_cli
-
-    reward = tmp_path / "reward.py"
-    reward.write_text(REWARD_FILE)
-    combo = VLLM_ASYNC[mode]
-    reference_dir = tmp_path / "uninterrupted"
-    code, stderr = run_cli(overrides(model_dir, arithmetic_files, reference_dir, reward, *combo))
-    assert code == 0, stderr[-3000:]
-    expected = metrics_by_step(reference_dir)
+    expected = assert_sigkill_resumes_exactly(model_dir, arithmetic_files, tmp_path, *VLLM_ASYNC[mode])
     staleness = [expected[step]["training/off_policy/trajectory_staleness/max"] for step in expected if step]
     assert max(staleness) == 1.0, staleness
-    out = tmp_path / "killed"
-    args = overrides(model_dir, arithmetic_files, out, reward, *combo)
-    code, _ = run_cli(args, kill_after_step=2)
-    assert code == -signal.SIGKILL
-    done = int((out / "latest_checkpointed_iteration.txt").read_text())
-    code, stderr = run_cli(args)
-    assert code == 0, stderr[-3000:]
-    resumed = metrics_by_step(out)
-    assert sorted(resumed) == sorted(expected) == list(range(TOTAL_STEPS + 1))
-    for step in range(1, TOTAL_STEPS + 1):
-        assert resumed[step] == expected[step], f"step {step} differs after resuming from step {done}"
