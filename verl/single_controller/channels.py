@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["DataChannel", "StepError", "StepOutputs"]
+__all__ = ["DataChannel", "StepError", "StepOutputs", "resolved"]
 
 _UNSET = object()
 
@@ -86,6 +86,11 @@ class DataChannel:
         source = f"{self.producer.role}.{self.producer.method_name}" if self.producer else "program"
         state = "ready" if self.ready() else "pending"
         return f"DataChannel({self.name!r} from {source}, {state})"
+
+
+def resolved(item: Any) -> Any:
+    """A channel's value (waiting for it), or ``item`` itself when it is a plain value."""
+    return item.get() if isinstance(item, DataChannel) else item
 
 
 class StepOutputs(Mapping[str, DataChannel]):

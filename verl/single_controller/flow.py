@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from verl.single_controller.base import WorkerGroup
-from verl.single_controller.channels import DataChannel, StepError, StepOutputs, _Node
+from verl.single_controller.channels import DataChannel, StepError, StepOutputs, _Node, resolved
 from verl.single_controller.errors import WorkerError
 from verl.single_controller.flow_log import DataFlowLog
 from verl.single_controller.flow_trace import DagTracing, _flow_label
@@ -258,7 +258,7 @@ class Controller(DagTracing):
                     node.method_name,
                     upstream=True,
                 )
-            kwargs = {name: v.get() if isinstance(v, DataChannel) else v for name, v in node.inputs.items()}
+            kwargs = {name: resolved(v) for name, v in node.inputs.items()}
             self._record_edges(node, kwargs)
             if self.recorder is not None:
                 self.recorder.mark(node.trace, "running")

@@ -27,8 +27,9 @@ from verl.config.reward_fns import parse_reward_fns
 from verl.data import EpochSampler, RLDataset, collate_rl, iterate_batches
 from verl.models import tokenizer_for
 from verl.protocol import DataProto
+from verl.single_controller.channels import resolved
 from verl.single_controller.errors import WorkerError
-from verl.single_controller.flow import Controller, DataChannel, Role
+from verl.single_controller.flow import Controller, Role
 from verl.trainer.checkpointing import Checkpointer, drop_metrics_after
 from verl.trainer.controllers import load_controller_class, load_step_function
 from verl.trainer.generations import (
@@ -219,13 +220,12 @@ class RLTrainer:
                     "take its batch from the mode's source; a custom step calls "
                     "verl.trainer.step.batch_source(plan).batch(flow, plan, step, prompts, more), as rl_step does"
                 )
-            source.step_done(
-                self.controller, self.plan, step
-            )  # asynchronous modes: the weights to the rollout
+            # asynchronous modes: the weights to the rollout role, after the update just declared
+            source.step_done(self.controller, self.plan, step)
             metrics: dict[str, float] = {}
             for part in result.metrics:
-                metrics.update(_value(part))
-            batch = _value(result.batch)
+                metrics.update(resolved(part))
+            batch = resolved(result.batch)
         timing = self.controller.last_step_timings()
         timing["step"] = time.perf_counter() - start
         timing.setdefault("old_log_prob", 0.0)  # skipped on-policy: the update uses its own log-probs
@@ -476,7 +476,3 @@ class RLTrainer:
         if cfg.log_val_generations > 0 and self.tracking is not None:  # None outside fit()
             rows = table_rows(records, cfg.log_val_generations)
             self.tracking.log_table("val/generations", TABLE_COLUMNS, rows, step)
-
-
-def _value(item: Any) -> Any:
-    return item.get() if isinstance(item, DataChannel) else item

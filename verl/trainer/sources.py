@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from verl.protocol import DataProto
+from verl.single_controller.channels import resolved
 from verl.single_controller.flow import Controller, DataChannel
 from verl.trainer.groups import groups_of, repeat_with_baselines, with_group_ids
 from verl.trainer.plan import StepPlan
@@ -424,7 +425,7 @@ def source_for(config: Any, plan: StepPlan) -> BatchSource:
 
 
 def _finished(batch: DataChannel | DataProto) -> DataProto:
-    return batch if isinstance(batch, DataProto) else _one_rank(batch.get())
+    return _one_rank(resolved(batch))
 
 
 def _one_rank(answer: DataProto | list[DataProto]) -> DataProto:

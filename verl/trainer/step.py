@@ -22,6 +22,7 @@ from typing import Any
 
 from verl.balancing import balance_across_ranks
 from verl.protocol import DataProto
+from verl.single_controller.channels import resolved
 from verl.single_controller.flow import Controller, DataChannel
 from verl.trainer.advantage import compute_advantages
 from verl.trainer.groups import groups_of, repeat_with_baselines, with_group_ids
@@ -129,8 +130,8 @@ def refill_until_varied(
     while True:
         generated += 1
         scores = flow.call("reward", "compute_score", data=batch, name="reward")
-        generated_batch = batch.get() if isinstance(batch, DataChannel) else batch  # (a source's own batch)
-        varied = varied_groups(generated_batch.select().union(scores.get()), cfg.metric)
+        # (a channel, or a batch a source already holds)
+        varied = varied_groups(resolved(batch).select().union(scores.get()), cfg.metric)
         kept.append(varied)
         num_groups += len(varied) // plan.n
         if num_groups >= plan.train_batch_size:

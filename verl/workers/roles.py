@@ -258,10 +258,8 @@ class ActorRolloutRefWorker(HostCalls, Worker):
         with self.actor.resident():
             if adapters:  # every rank takes part in a sharded tensor's gather, in the same order
                 weights = {
-                    name: (param.full_tensor() if hasattr(param, "full_tensor") else param)
-                    .detach()
-                    .cpu()
-                    .clone()
+                    # (pack_weights copies them into its buffers)
+                    name: (param.full_tensor() if hasattr(param, "full_tensor") else param).detach().cpu()
                     for name, param in self.actor_model.named_parameters()
                     if param.requires_grad
                 }
