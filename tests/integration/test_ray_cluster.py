@@ -164,11 +164,12 @@ class _Driver:
 
 def _start_and_lose_the_worker(cluster: LocalRayCluster, args: list[str], run_dir: Path, after_step: int):
     """Kill the worker node after ``after_step``; the exit code, the output, the node and how long it took."""
+    worker = cluster.node_id("worker")  # asked first: the question starts a Ray client, seconds the run goes on for
     driver = _Driver(cluster, args, run_dir)
     driver.wait_for_step(after_step)
-    worker = cluster.node_id("worker")
     cluster.kill_node("worker")
     killed = time.monotonic()
+    assert driver.process.poll() is None, "the run ended before the node was lost: give it more steps"
     try:
         code = driver.finish()
     finally:
@@ -177,14 +178,14 @@ def _start_and_lose_the_worker(cluster: LocalRayCluster, args: list[str], run_di
 
 
 def test_losing_the_worker_node_restarts_its_ranks_on_the_head(cluster, job_args, tmp_path):
-    args = [*job_args, "trainer.total_training_steps=8", "trainer.on_worker_failure=restart"]
+    args = [*job_args, "trainer.total_training_steps=16", "trainer.on_worker_failure=restart"]
     code, output, worker, _ = _start_and_lose_the_worker(cluster, args, tmp_path / "run", after_step=2)
     assert code == 0, output[-4000:]
     assert re.search(
         rf"node {worker[:8]} at [\d.]+ left the cluster, taking actor_rollout rank \d", output
     ), output[-4000:]
     assert "restarting role 'actor_rollout'" in output
-    assert len(_scores(tmp_path / "run")) == 8  # every step trained, the lost ones again after the restart
+    assert len(_scores(tmp_path / "run")) == 16  # every step trained, the lost ones again after the restart
 
 
 def test_losing_the_worker_node_with_fail_names_what_was_lost_and_the_rerun_resumes_from_disk(
