@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from _small_run import two_turns_overrides
 from test_rl_steps import actor_module, parity_reward, small_config
 
 from verl.protocol import DataProto
@@ -15,41 +16,10 @@ from verl.trainer.rl_trainer import RLTrainer
 
 pytestmark = pytest.mark.slow
 
-TWO_TURNS = '''
-from verl.agent_loop import AgentLoopBase, AgentLoopOutput
-from verl.agent_loop.chat import ChatRenderer
-
-
-class TwoTurns(AgentLoopBase):
-    """Reply, then a user turn saying "again", then a second reply (a stand-in for a simulated user)."""
-
-    async def run(self, sampling, prompt_ids, **row):
-        renderer = ChatRenderer(self.tokenizer, self.context.stop_token_ids)
-        out = AgentLoopOutput(prompt_ids=list(prompt_ids), num_turns=1)
-        budget = self.context.max_response_length
-        out.append_sampled(await self.generate(prompt_ids, sampling, 4))
-        out.num_turns += 1
-        inserted = renderer.insertion_ids([{"role": "user", "content": "again"}])
-        if len(out.response_ids) + len(inserted) < budget:  # (after a stopped turn or not: a test stand-in)
-            out.append_inserted(inserted)
-            out.num_turns += 1
-            left = budget - len(out.response_ids)
-            out.append_sampled(await self.generate(list(prompt_ids) + out.response_ids, sampling, left))
-            out.num_turns += 1
-        return out
-'''
-
 
 @pytest.fixture
 def two_turns(tmp_path):
-    (tmp_path / "two_turns.py").write_text(TWO_TURNS)
-    config = tmp_path / "loops.yaml"
-    config.write_text(f"- name: two_turns\n  _target_: {tmp_path / 'two_turns.py'}:TwoTurns\n")
-    return [
-        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={config}",
-        "actor_rollout_ref.rollout.agent.default_agent_loop=two_turns",
-        "data.max_response_length=24",
-    ]
+    return two_turns_overrides(tmp_path)
 
 
 @pytest.mark.parametrize("recipe", ["grpo", "ppo"])

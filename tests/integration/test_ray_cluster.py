@@ -164,7 +164,8 @@ class _Driver:
 
 def _start_and_lose_the_worker(cluster: LocalRayCluster, args: list[str], run_dir: Path, after_step: int):
     """Kill the worker node after ``after_step``; the exit code, the output, the node and how long it took."""
-    worker = cluster.node_id("worker")  # asked first: the question starts a Ray client, seconds the run goes on for
+    # asked first: the question starts a Ray client, seconds in which the run goes on
+    worker = cluster.node_id("worker")
     driver = _Driver(cluster, args, run_dir)
     driver.wait_for_step(after_step)
     cluster.kill_node("worker")

@@ -12,7 +12,7 @@ import time
 
 import pytest
 import torch
-from _small_run import small_run
+from _small_run import small_run, two_turns_overrides
 
 from verl.models import load_tokenizer
 from verl.trainer.checkpointing import CRASH_ENV, export_hf
@@ -57,10 +57,10 @@ def metrics_by_step(out_dir):
     return {r["step"]: {k: v for k, v in r.items() if not k.startswith(drop)} for r in rows}
 
 
-def run_cli(args, env=None, kill_after_step=None):
+def run_cli(args, env=None, kill_after_step=None, recipe="grpo"):
     """``verl run`` in a child process; with ``kill_after_step`` it is SIGKILLed once that step is logged."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "verl.cli", "run", "--config", "grpo", *args],
+        [sys.executable, "-m", "verl.cli", "run", "--config", recipe, *args],
         env={**os.environ, **(env or {})},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -69,7 +69,7 @@ def run_cli(args, env=None, kill_after_step=None):
     if kill_after_step is not None:
         out_dir = next(a.split("=", 1)[1] for a in args if a.startswith("trainer.default_local_dir="))
         metrics = os.path.join(out_dir, "metrics.jsonl")
-        deadline = time.time() + 120
+        deadline = time.time() + 600  # (a recipe may prepare its model first)
         while time.time() < deadline and proc.poll() is None:
             if os.path.exists(metrics) and any(
                 json.loads(line)["step"] >= kill_after_step for line in open(metrics).read().splitlines()
@@ -202,11 +202,6 @@ ASYNC_MODES = {
         "actor_rollout_ref.model.lora_rank=8",
         "algorithm.adv_estimator=remax",
     ),
-    "one_step_off_tools": (
-        "trainer.v1.trainer_mode=separate_async",
-        "actor_rollout_ref.rollout.multi_turn.enable=true",
-        "actor_rollout_ref.rollout.multi_turn.tool_config_path=calculator",
-    ),
     "colocate_dapo": ("trainer.v1.trainer_mode=colocate_async", "algorithm.filter_groups.enable=true"),
 }
 
@@ -223,22 +218,80 @@ def test_one_step_off_sigkill_then_resume_matches_uninterrupted(
     assert max(staleness) >= 1.0, staleness  # stale samples trained
 
 
+@pytest.mark.parametrize(
+    "mode",
+    [
+        ("trainer.v1.trainer_mode=colocate_async",),
+        ("trainer.v1.trainer_mode=separate_async", "async_training.staleness_threshold=0.5"),
+    ],
+    ids=["colocate", "streaming"],
+)
+def test_a_pool_of_multi_turn_trajectories_resumes_exactly(tiny_model_dir, arithmetic_files, tmp_path, mode):
+    """Agent loops in the streaming pool: trajectories with an inserted turn, continued across weight updates
+    and, after SIGKILL, replayed from the checkpoint's record of their turns to the same batches."""
+    expected = assert_sigkill_resumes_exactly(
+        tiny_model_dir, arithmetic_files, tmp_path, *mode, *two_turns_overrides(tmp_path)
+    )
+    assert all(expected[step]["num_turns/min"] == 4 for step in expected if step)
+    spread = [expected[step]["training/off_policy/trajectory_staleness/max"] for step in expected if step]
+    assert max(spread) >= 1.0, spread
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [("trainer.v1.trainer_mode=separate_async",), ("trainer.v1.trainer_mode=colocate_async",)],
+    ids=["one_step_off", "colocate"],
+)
+def test_the_tool_recipe_resumes_exactly_in_the_async_modes(tmp_path, mode):
+    """``verl run --config arithmetic_tools`` (its model warm-started, briefly, to call the calculator) in
+    separate_async and colocate_async: real tool calls in trajectories generated ahead or in the pool across
+    weight updates, and the same run after SIGKILL and resume."""
+
+    def args_for(out):
+        return [
+            *mode,
+            "prepare.sft.total_training_steps=150",  # enough for about half the samples to call the calculator
+            "prepare.task_kwargs.sft_size=128",
+            "prepare.task_kwargs.tool_demos=64",
+            "data.train_batch_size=4",
+            "data.val_max_samples=8",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.rollout.n=4",
+            f"trainer.total_training_steps={TOTAL_STEPS}",
+            "trainer.test_freq=3",
+            "trainer.save_freq=1",
+            "trainer.logger=[jsonl]",
+            f"trainer.default_local_dir={out}",
+        ]
+
+    expected = assert_resumes(tmp_path, args_for, recipe="arithmetic_tools")
+    calls = [expected[step]["tool_call_counts/mean"] for step in expected if step]
+    assert min(calls) > 0, calls
+    staleness = [expected[step]["training/off_policy/trajectory_staleness/max"] for step in expected if step]
+    assert max(staleness) >= 1.0, staleness
+
+
 def assert_sigkill_resumes_exactly(model_dir, files, tmp_path, *extra):
     """An uninterrupted run, then the same run SIGKILLed after step 2 and resumed: every non-timing metric of
     every step equal. Returns the uninterrupted run's metrics by step."""
     reward = tmp_path / "reward.py"
     reward.write_text(REWARD_FILE)
+    return assert_resumes(tmp_path, lambda out: overrides(model_dir, files, out, reward, *extra))
+
+
+def assert_resumes(tmp_path, args_for, recipe="grpo"):
+    """:func:`assert_sigkill_resumes_exactly` for any recipe: ``args_for(run_dir)`` gives a run's overrides."""
     reference_dir = tmp_path / "uninterrupted"
-    code, stderr = run_cli(overrides(model_dir, files, reference_dir, reward, *extra))
+    code, stderr = run_cli(args_for(reference_dir), recipe=recipe)
     assert code == 0, stderr[-3000:]
     expected = metrics_by_step(reference_dir)
     out = tmp_path / "killed"
-    args = overrides(model_dir, files, out, reward, *extra)
-    code, _ = run_cli(args, kill_after_step=2)
+    args = args_for(out)
+    code, _ = run_cli(args, kill_after_step=2, recipe=recipe)
     assert code == -signal.SIGKILL
     done = int((out / "latest_checkpointed_iteration.txt").read_text())
     assert 1 <= done < TOTAL_STEPS
-    code, stderr = run_cli(args)
+    code, stderr = run_cli(args, recipe=recipe)
     assert code == 0, stderr[-3000:]
     resumed = metrics_by_step(out)
     assert sorted(resumed) == sorted(expected) == list(range(TOTAL_STEPS + 1))

@@ -119,7 +119,8 @@ class AgentLoopRunner:
         self.weights_version: int | None = None
         self._loops: dict[str, AgentLoopBase] = {}
 
-    def _loop(self, name: str) -> AgentLoopBase:
+    def loop(self, name: str) -> AgentLoopBase:
+        """The loop registered (or configured) as ``name``: one instance for every sample that names it."""
         if name not in self._loops:
             if name not in self.loop_classes:
                 raise ConfigError(
@@ -137,6 +138,11 @@ class AgentLoopRunner:
     ) -> DataProto:
         """Every sample's trajectory (its loop: the ``agent_name`` column, else the default), in row order."""
         self.weights_version = weights_version
+        outputs = _run(self._run_all(self.samples(prompts), sampling))
+        return self.assemble(prompts, outputs, sampling.max_new_tokens)
+
+    def samples(self, prompts: DataProto) -> list[tuple[str, list[int], dict]]:
+        """Each row of a left-padded prompt batch as ``(its loop's name, prompt ids, its other fields)``."""
         ids, mask = prompts.batch["input_ids"].cpu(), prompts.batch["attention_mask"].bool().cpu()
         rows = []
         for row in range(len(prompts)):
@@ -144,13 +150,12 @@ class AgentLoopRunner:
             rows.append(
                 (str(fields.get("agent_name") or self.default_loop), ids[row][mask[row]].tolist(), fields)
             )
-        outputs = _run(self._run_all(rows, sampling))
-        return self._assemble(prompts, outputs, sampling.max_new_tokens)
+        return rows
 
     async def _run_all(
         self, rows: list[tuple[str, list[int], dict]], sampling: SamplingParams
     ) -> list[AgentLoopOutput]:
-        loops = [self._loop(name) for name, _, _ in rows]
+        loops = [self.loop(name) for name, _, _ in rows]
         return list(
             await asyncio.gather(
                 *(
@@ -160,7 +165,8 @@ class AgentLoopRunner:
             )
         )
 
-    def _assemble(self, prompts: DataProto, outputs: list[AgentLoopOutput], width: int) -> DataProto:
+    def assemble(self, prompts: DataProto, outputs: list[AgentLoopOutput], width: int) -> DataProto:
+        """The trainer's batch of these trajectories (one per prompt row, in order); see the module docstring."""
         rows = len(outputs)
         responses = torch.full((rows, width), self.pad_token_id, dtype=torch.long)
         response_mask = torch.zeros(rows, width, dtype=torch.long)

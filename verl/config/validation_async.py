@@ -5,8 +5,6 @@ refused with the reason, not left to misbehave). Called by :func:`verl.config.va
 
 from __future__ import annotations
 
-from typing import Any
-
 from omegaconf import DictConfig
 
 from verl.config.value_rules import check_at_least, check_choice
@@ -57,14 +55,6 @@ def async_errors(errors: list[str], cfg: DictConfig) -> None:
             )
     else:
         _separate_async_errors(errors, cfg)
-    pooled = mode == "colocate_async" or streaming
-    if pooled and _uses_agent_loop(cfg.actor_rollout_ref.rollout):
-        what = f"{key}.trainer_mode=colocate_async" if mode == "colocate_async" else "the streaming rollout"
-        errors.append(
-            f"{what} does not support agent loops / multi-turn yet: its pool continues generations token by "
-            f"token across weight updates, and a tool call's turns are not in the pool; use {key}.trainer_mode="
-            "separate_async without async_training.staleness_threshold, or sync"
-        )
 
 
 def _separate_async_errors(errors: list[str], cfg: DictConfig) -> None:
@@ -100,9 +90,3 @@ def _separate_async_errors(errors: list[str], cfg: DictConfig) -> None:
             f"data.train_batch_size / {ARR}.actor.ppo_mini_batch_size = {data.train_batch_size} / {mini} "
             "mini-batches; leave it null or make the product equal data.train_batch_size (verl's rule)"
         )
-
-
-def _uses_agent_loop(rollout: Any) -> bool:
-    from verl.agent_loop.runner import uses_agent_loop
-
-    return uses_agent_loop(rollout)

@@ -55,6 +55,8 @@ class _Row:
     versions: list[int] = field(default_factory=list)
     """the policy version that drew each token"""
     done: bool = False
+    budget: int | None = None
+    """at most this many tokens (None: the pool's ``max_new_tokens``; an agent loop's turn asks for fewer)"""
 
 
 class StreamingPool:
@@ -144,17 +146,24 @@ class StreamingPool:
         """One decode call over the unfinished rows (of the groups in ``only``), prompt + tokens so far,
         until ``need`` groups are complete (None: until every row in the call finishes)."""
         slots = [(uid, i) for uid, i in self.running() if only is None or uid in only]
-        rows = [self.rows[uid][i] for uid, i in slots]
+        enough = enough_when(len(self.complete()), [uid for uid, _ in slots], need)
+        self.draw([self.rows[uid][i] for uid, i in slots], decode, enough, version)
+
+    def draw(
+        self, rows: list[_Row], decode: Decode, enough: Callable[[torch.Tensor], bool], version: int
+    ) -> None:
+        """One decode call continuing ``rows`` (each its prompt and tokens so far, up to its budget) until
+        ``enough``; each row's new tokens, their log-probs and ``version`` appended, ``done`` set at a stop
+        token or the budget."""
         batch = left_padded_batch([r.prompt_ids + r.tokens for r in rows], self.pad_token_id)
-        batch.batch[ROW_BUDGET_KEY] = torch.tensor([self.max_new_tokens - len(r.tokens) for r in rows])
-        enough = self._enough_when(slots, need)
+        budgets = [(self.max_new_tokens if r.budget is None else r.budget) - len(r.tokens) for r in rows]
+        batch.batch[ROW_BUDGET_KEY] = torch.tensor(budgets)
         # A generator of its own, not torch's default one: in-process, the actor's thread draws from that.
         generator = torch.Generator(self.device).manual_seed(self.seed * 1_000_003 + self.decode_calls)
         self.decode_calls += 1
         responses, log_probs, steps = decode(batch, enough, generator)
         responses, log_probs = responses.cpu(), log_probs.float().cpu()
-        for k, row in enumerate(rows):
-            budget = self.max_new_tokens - len(row.tokens)
+        for k, (row, budget) in enumerate(zip(rows, budgets, strict=True)):
             drawn = responses[k, : min(steps, budget)].tolist()
             for j, token in enumerate(drawn):
                 if token in self.stop_ids:
@@ -163,24 +172,7 @@ class StreamingPool:
             row.tokens += drawn
             row.log_probs += log_probs[k, : len(drawn)].tolist()
             row.versions += [version] * len(drawn)
-            row.done = (bool(drawn) and drawn[-1] in self.stop_ids) or len(row.tokens) >= self.max_new_tokens
-
-    def _enough_when(self, slots: list[tuple[str, int]], need: int | None) -> Callable[[torch.Tensor], bool]:
-        """A stop rule for the decode loop: true once ``need`` groups are complete, counting those complete
-        before the call and those whose every running row has finished in it (None: never, every row of the
-        call runs to its end)."""
-        if need is None:
-            return lambda done: False
-        complete_before = len(self.complete())
-        groups = list(dict.fromkeys(uid for uid, _ in slots))
-        group_of = torch.tensor([groups.index(uid) for uid, _ in slots])
-        sizes = torch.bincount(group_of, minlength=len(groups))
-
-        def enough(done: torch.Tensor) -> bool:
-            finished = torch.bincount(group_of, weights=done.cpu().float(), minlength=len(groups))
-            return complete_before + int((finished == sizes).sum()) >= need
-
-        return enough
+            row.done = (bool(drawn) and drawn[-1] in self.stop_ids) or len(drawn) >= budget
 
     def _take(self, uids: list[str]) -> DataProto:
         """Remove these groups and return them as a rollout batch (the prompts' rows, in this order)."""
@@ -224,3 +216,22 @@ class StreamingPool:
         self.rows = {uid: [_Row(**r) for r in rows] for uid, rows in state["rows"].items()}
         self.decode_calls = int(state["decode_calls"])
         self.restarted = int(state["restarted"])
+
+
+def enough_when(
+    complete_before: int, groups_of_rows: list[str], need: int | None
+) -> Callable[[torch.Tensor], bool]:
+    """A decode call's stop rule: true once ``need`` groups are complete, counting the ``complete_before`` the
+    call and those whose every row in the call (``groups_of_rows``: each row's group) has finished in it
+    (None: never, every row of the call runs to its end)."""
+    if need is None:
+        return lambda done: False
+    groups = list(dict.fromkeys(groups_of_rows))
+    group_of = torch.tensor([groups.index(uid) for uid in groups_of_rows])
+    sizes = torch.bincount(group_of, minlength=len(groups))
+
+    def enough(done: torch.Tensor) -> bool:
+        finished = torch.bincount(group_of, weights=done.cpu().float(), minlength=len(groups))
+        return complete_before + int((finished == sizes).sum()) >= need
+
+    return enough
