@@ -31,7 +31,9 @@ class TwoTurns(AgentLoopBase):
         renderer = ChatRenderer(self.tokenizer, self.context.stop_token_ids)
         out = AgentLoopOutput(prompt_ids=list(prompt_ids), num_turns=1)
         budget = self.context.max_response_length
-        out.append_sampled(await self.generate(prompt_ids, sampling, 4))
+        # a first turn of 2 to 4 tokens, by the prompt: groups end their turns at different times, so a
+        # streaming pool hands some over while others are part-way through their trajectories
+        out.append_sampled(await self.generate(prompt_ids, sampling, 2 + sum(prompt_ids) % 3))
         out.num_turns += 1
         inserted = renderer.insertion_ids([{"role": "user", "content": "again"}])
         if len(out.response_ids) + len(inserted) < budget:  # (after a stopped turn or not: a test stand-in)

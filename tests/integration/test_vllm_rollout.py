@@ -429,7 +429,7 @@ VLLM_ASYNC = {
 }
 
 
-@pytest.mark.parametrize("mode", list(VLLM_ASYNC))
+@pytest.mark.parametrize("mode", [*VLLM_ASYNC, "colocate_async_agent"])
 def test_async_vllm_resumes_after_sigkill_as_the_uninterrupted_run(
     vllm_ready, model_dir, arithmetic_files, tmp_path, mode
 ):
@@ -437,9 +437,14 @@ def test_async_vllm_resumes_after_sigkill_as_the_uninterrupted_run(
     engine (the actor starts none: it validates there too) and takes each version's weights (then adapters).
     colocate_async: the actor's pool decodes with vLLM chunk by chunk (tests/unit/test_streaming_pool.py has the
     interruption itself, on a stand-in engine). Either way a run SIGKILLed mid-way resumes to the same metrics as
-    the uninterrupted run (vLLM on the CPU samples deterministically for a given seed, so equality is exact)."""
+    the uninterrupted run (vLLM on the CPU samples deterministically for a given seed, so equality is exact).
+    colocate_async_agent: the same with a two-turn agent loop, its trajectories replayed on resume."""
+    from _small_run import two_turns_overrides
     from test_resume import assert_sigkill_resumes_exactly
 
-    expected = assert_sigkill_resumes_exactly(model_dir, arithmetic_files, tmp_path, *VLLM_ASYNC[mode])
+    extra = VLLM_ASYNC[mode] if mode != "colocate_async_agent" else VLLM_ASYNC["colocate_async"]
+    if mode == "colocate_async_agent":  # the pool of two-turn trajectories, its turns in vLLM chunks
+        extra = (*extra, *two_turns_overrides(tmp_path))
+    expected = assert_sigkill_resumes_exactly(model_dir, arithmetic_files, tmp_path, *extra)
     staleness = [expected[step]["training/off_policy/trajectory_staleness/max"] for step in expected if step]
     assert max(staleness) == 1.0, staleness
