@@ -115,7 +115,7 @@ def run(mode: str, base: list[str], steps: int, out: Path, backend: str) -> dict
         *MODES[mode],
         f"trainer.backend={backend}",
         f"trainer.total_training_steps={steps}",
-        "trainer.test_freq=-1",
+        f"trainer.test_freq={steps}",  # validated once, after the last step
         f"trainer.default_local_dir={out}",
         "trainer.logger=[jsonl]",
         "trainer.report=false",

@@ -65,7 +65,7 @@ RUN_DIR = "ckpt_dir"
 """Every case's ``trainer.default_local_dir``, relative to the case directory."""
 BASE = [
     "trainer.total_training_steps=2",
-    "trainer.test_freq=-1",
+    "trainer.test_freq=2",  # validated once, after the last step (-1 would never validate)
     "trainer.val_before_train=false",
     "data.val_max_samples=64",
     f"trainer.default_local_dir={RUN_DIR}",

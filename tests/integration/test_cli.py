@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -59,6 +60,12 @@ def test_verl_run_default_recipe_small(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "held-out val-core/arithmetic/acc/mean@1: before RL" in result.stdout
     assert "after RL" in result.stdout
+    # the start-up line says what generates, in which dtype, where
+    assert re.search(
+        r"rollout \(actor_rollout\): fast \(verl's KV-cached sampler\), generating with the actor's module in "
+        r"(float32|bfloat16) on cpu; rollout.mode=sync",
+        result.stderr,
+    ), result.stderr[:3000]
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 1, 2, 3]
     assert "val-core/arithmetic/acc/mean@1" in records[2]
@@ -68,6 +75,32 @@ def test_verl_run_default_recipe_small(tmp_path):
     assert len(list(artifacts.glob("arithmetic-data-*/train.parquet"))) == 1
     assert len(list(artifacts.glob("tiny-model-sft-*/config.json"))) == 1
     assert not list(artifacts.glob(".*"))  # no half-built artifact left behind
+
+
+def test_the_server_mode_says_it_serves_and_counts_what_it_answered(
+    tmp_path, tiny_model_dir, arithmetic_files
+):
+    train, test = arithmetic_files
+    out = tmp_path / "run"
+    result = run_verl(
+        "run",
+        f"data.train_files={train}",
+        f"data.val_files={test}",
+        f"actor_rollout_ref.model.path={tiny_model_dir}",
+        "--config",
+        "grpo",
+        "prepare.enable=false",
+        "data.train_batch_size=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.rollout.mode=async",
+        "trainer.total_training_steps=2",
+        f"trainer.default_local_dir={out}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "; rollout.mode=async; served (max_num_seqs 256)" in result.stderr
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    for record in records[1:]:  # each step's 4 prompts x 8 samples, answered by the server
+        assert record["rollout/server_requests"] == 32 and record["rollout/server_engine_calls"] >= 1
 
 
 CUSTOM_STEP = '''

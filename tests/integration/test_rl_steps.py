@@ -283,6 +283,26 @@ def test_clip_ratio_schedule_reaches_its_final_value(tiny_model_dir, arithmetic_
     assert [r["actor/clip_ratio"] for r in records] == pytest.approx([0.2, 0.05])
 
 
+def test_test_freq_minus_one_never_validates_during_training(tiny_model_dir, arithmetic_files, tmp_path):
+    """Issue 41: test_freq=-1 is verl's "never", the last step included; val_before_train still validates."""
+    from verl.cli import _headline, _headline_line
+
+    config = small_config(
+        tiny_model_dir, arithmetic_files, tmp_path, "trainer.test_freq=-1", "data.val_max_samples=8"
+    )
+    summary = RLTrainer(config, reward_fn=parity_reward).fit()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    validated = [r["step"] for r in records if any(k.startswith("val-core/") for k in r)]
+    assert validated == [0]  # val_before_train only
+    assert [r["step"] for r in records] == [0, 1, 2] and "timing_s/testing" not in records[-1]
+    assert sorted(p.name for p in (tmp_path / "validation").iterdir()) == ["0.jsonl"]
+    assert summary["val_before"] and summary["val_after"] == {}
+    # the end-of-run lines (verl run's) show the number it has and claim no "after RL" one
+    before, after = _headline(summary["val_before"]), _headline(summary["val_after"])
+    lines = [_headline_line(key, before.get(key), after.get(key)) for key in sorted(set(before) | set(after))]
+    assert lines and all("before RL" in line and "after RL" not in line for line in lines)
+
+
 def test_dummy_rollout_engine_trains(tiny_model_dir, arithmetic_files, tmp_path):
     """rollout.name switches the engine and nothing else: the dummy engine feeds the same step."""
     config = small_config(

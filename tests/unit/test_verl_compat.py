@@ -417,8 +417,10 @@ def test_verls_v1_trainer_modes() -> None:
     with pytest.raises(ConfigError, match="staleness_threshold=0.5 is for trainer_mode=separate_async"):
         ppo("trainer.v1.trainer_mode=colocate_async", "async_training.staleness_threshold=0.5")
     assert ppo("trainer.v1.trainer_mode=colocate_async", f"{ARR}.rollout.name=hf")[ARR].rollout.name == "hf"
-    with pytest.raises(ConfigError, match="colocate_async does not support agent loops"):
-        ppo("trainer.v1.trainer_mode=colocate_async", f"{ARR}.rollout.multi_turn.enable=true")
+    tools = (f"{ARR}.rollout.multi_turn.enable=true", f"{ARR}.rollout.multi_turn.tool_config_path=calculator")
+    assert ppo("trainer.v1.trainer_mode=colocate_async", *tools)[
+        ARR
+    ].rollout.multi_turn.enable  # the agent pool
     with pytest.raises(ConfigError, match="parameter_sync_step=2"):
         ppo("trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.parameter_sync_step=2")
     # what a mode is for: verl's asynchronous trainer with DAPO, LoRA and vLLM in the rollout role
@@ -447,12 +449,12 @@ def test_verls_fully_async_keys() -> None:
         )
     with pytest.raises(ConfigError, match="require_batches=2: here one ppo mini-batch"):
         ppo(mode, "async_training.require_batches=2")
-    # the streaming pool runs on any engine (the others decode in chunks); agent loops are not in the pool
+    # the streaming pool runs on any engine (the others decode in chunks), and the agent loops
     assert (
         ppo(mode, "async_training.staleness_threshold=0.5", f"{ARR}.rollout.name=hf")[ARR].rollout.name
         == "hf"
     )
-    with pytest.raises(ConfigError, match="the streaming rollout does not support agent loops"):
-        ppo(mode, "async_training.staleness_threshold=0.5", f"{ARR}.rollout.multi_turn.enable=true")
+    tools = (f"{ARR}.rollout.multi_turn.enable=true", f"{ARR}.rollout.multi_turn.tool_config_path=calculator")
+    assert ppo(mode, "async_training.staleness_threshold=0.5", *tools)[ARR].rollout.multi_turn.enable
     with pytest.raises(ConfigError, match="staleness_threshold"):
         ppo(mode, "async_training.staleness_threshold=-1")

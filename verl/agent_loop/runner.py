@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import uuid
 from typing import Any
 
@@ -82,8 +83,15 @@ def load_agent_loop_config(path: str) -> dict[str, type]:
 
 
 class AgentLoopRunner:
-    """The agent loops of one rollout worker. ``submit(request)`` is the rollout server's coroutine
-    (verl.workers.rollout.server.RolloutServer.generate)."""
+    """The agent loops of one rollout worker. ``submit(request)`` answers one turn request (the rollout
+    server's coroutine, verl.workers.rollout.server.RolloutServer.generate, or the streaming pool's);
+    ``submit_all(requests)`` answers a wave of them together (the server's ``generate_all``; default: each
+    through ``submit``, all at once).
+
+    :meth:`generate_sequences` runs every sample's loop and answers their turns in waves: it lets the loops run
+    until each has returned or waits for a turn, then sends the waiting turns, in row order, as one call. Which
+    requests form an engine call, and in which order, is then the same on every run, whatever the timing of
+    the tools, so a seeded run is reproducible and resumes exactly."""
 
     def __init__(
         self,
@@ -92,9 +100,11 @@ class AgentLoopRunner:
         submit: Any,
         stop_token_ids: list[int],
         pad_token_id: int,
+        submit_all: Any = None,
     ) -> None:
         rollout = config.actor_rollout_ref.rollout
         self.submit = submit
+        self.submit_all = submit_all or (lambda requests: asyncio.gather(*(submit(r) for r in requests)))
         self.pad_token_id = pad_token_id
         self.default_loop = default_agent_loop(rollout)
         self.loop_classes = dict(AGENT_LOOPS)
@@ -118,6 +128,8 @@ class AgentLoopRunner:
         )
         self.weights_version: int | None = None
         self._loops: dict[str, AgentLoopBase] = {}
+        self._wave: _Wave | None = None
+        """the turns waiting while generate_sequences runs (None outside it: each turn goes to ``submit``)"""
 
     def loop(self, name: str) -> AgentLoopBase:
         """The loop registered (or configured) as ``name``: one instance for every sample that names it."""
@@ -131,7 +143,9 @@ class AgentLoopRunner:
 
     async def _generate(self, ids: list[int], sampling: SamplingParams) -> TokenResponse:
         request = TokenRequest(uuid.uuid4().hex, list(ids), sampling, self.weights_version)
-        return await self.submit(request)
+        if self._wave is None:
+            return await self.submit(request)
+        return await self._wave.join(request)
 
     def generate_sequences(
         self, prompts: DataProto, sampling: SamplingParams, weights_version: int | None = None
@@ -155,15 +169,22 @@ class AgentLoopRunner:
     async def _run_all(
         self, rows: list[tuple[str, list[int], dict]], sampling: SamplingParams
     ) -> list[AgentLoopOutput]:
-        loops = [self.loop(name) for name, _, _ in rows]
-        return list(
-            await asyncio.gather(
-                *(
-                    loop.run(sampling, prompt, **fields)
-                    for loop, (_, prompt, fields) in zip(loops, rows, strict=True)
+        self._wave = wave = _Wave()
+        try:
+            tasks = []
+            for index, (name, prompt, fields) in enumerate(rows):
+                context = contextvars.copy_context()
+                context.run(_ROW.set, index)
+                tasks.append(
+                    context.run(asyncio.ensure_future, self.loop(name).run(sampling, prompt, **fields))
                 )
-            )
-        )
+            while not all(task.done() for task in tasks):
+                await wave.settle(tasks)
+                if wave.waiting:
+                    await wave.send(self.submit_all)
+            return [task.result() for task in tasks]
+        finally:
+            self._wave = None
 
     def assemble(self, prompts: DataProto, outputs: list[AgentLoopOutput], width: int) -> DataProto:
         """The trainer's batch of these trajectories (one per prompt row, in order); see the module docstring."""
@@ -219,3 +240,48 @@ def _run(coroutine: Any) -> Any:
         return asyncio.run(coroutine)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, coroutine).result()
+
+
+_ROW: contextvars.ContextVar[int] = contextvars.ContextVar("agent_loop_row")
+"""the batch row whose loop is running: each loop's task carries its own"""
+
+
+class _Wave:
+    """The turn requests the loops of one batch wait on, sent together in row order (see AgentLoopRunner)."""
+
+    def __init__(self) -> None:
+        self.waiting: list[tuple[tuple[int, int], TokenRequest, asyncio.Future]] = []
+        self.turns: dict[int, int] = {}
+        """turn requests each row has made"""
+        self.joined = asyncio.Event()
+
+    async def join(self, request: TokenRequest) -> TokenResponse:
+        row = _ROW.get()
+        self.turns[row] = self.turns.get(row, 0) + 1
+        future = asyncio.get_running_loop().create_future()
+        self.waiting.append(((row, self.turns[row]), request, future))
+        self.joined.set()
+        return await future
+
+    async def settle(self, tasks: list[asyncio.Future]) -> None:
+        """Until every loop has returned or waits for its turn (a loop may still be running a tool)."""
+        while True:
+            busy = [task for task in tasks if not task.done()]
+            if len(busy) <= len(self.waiting):
+                return
+            self.joined.clear()
+            joined = asyncio.ensure_future(self.joined.wait())
+            await asyncio.wait([*busy, joined], return_when=asyncio.FIRST_COMPLETED)
+            joined.cancel()
+
+    async def send(self, submit_all: Any) -> None:
+        """The waiting turns, in row order, as one call; each loop gets its answer (or the call's error)."""
+        wave, self.waiting = sorted(self.waiting, key=lambda entry: entry[0]), []
+        try:
+            responses = await submit_all([request for _, request, _ in wave])
+        except Exception as error:  # every loop of the wave sees the engine's error
+            for _, _, future in wave:
+                future.set_exception(error)
+            return
+        for (_, _, future), response in zip(wave, responses, strict=True):
+            future.set_result(response)

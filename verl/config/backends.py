@@ -3,7 +3,8 @@
 Every key of the schema either changes what the selected backend does or, set to anything but its default
 (or a value verl's own configs use that means the same thing here), is reported: a key that only tunes
 speed or memory of another backend (an inference server's KV-cache share) is accepted with a notice naming
-the backend that reads it (:func:`backend_notices`); one whose value would change what is learned if
+the backend that reads it, or, for an engine key that acts only on a GPU, why the rollout runs without one
+(:func:`backend_notices`); one whose value would change what is learned if
 ignored is a ConfigError (:func:`backend_errors`). Backends that verl has and this repository does not build
 yet (vLLM / SGLang rollout, FSDP / Megatron training) are named as such.
 
@@ -20,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl.config.errors import as_written, short_repr
 from verl.config.schema_trainer import TrainerSection
-from verl.config.schema_workers import FSDPConfig
+from verl.config.schema_workers import FSDPConfig, RolloutConfig
 
 BUILT_ROLLOUTS = ("fast", "vllm", "sglang", "hf", "dummy")
 """``actor_rollout_ref.rollout.name`` values registered by ``verl.workers.rollout``"""
@@ -137,6 +138,92 @@ LOGPROBS_MODE = RolloutKey(
     ("vllm",),
     "chooses which log-probs vLLM returns (the fast engine returns log softmax(logits / temperature))",
 )
+
+
+@dataclass(frozen=True)
+class GpuOnlyKey:
+    """A ``rollout`` key an engine reads only when it generates on a GPU."""
+
+    name: str
+    """leaf name under actor_rollout_ref.rollout"""
+    engines: tuple[str, ...]
+    """engines that read it on a GPU (the others get :data:`ROLLOUT_KEYS`' notice instead)"""
+    inert: tuple[Any, ...]
+    """values that change nothing on a CPU: the key is reported only when set to one of them (empty: to any value
+    but the schema default)"""
+    why: str
+    """what the key does on a GPU and what the engine does on a CPU instead"""
+
+
+GPU_ONLY_KEYS = (
+    GpuOnlyKey(
+        "gpu_memory_utilization",
+        ("vllm",),
+        (),  # on a CPU vLLM sizes its cache by kv_cache_memory_bytes, which the engine always sets there
+        "it sizes vLLM's KV cache as a fraction of GPU memory; on a CPU the KV cache is sized to the run "
+        "(max_num_seqs x max_model_len, or engine_kwargs.vllm.kv_cache_memory_bytes)",
+    ),
+    GpuOnlyKey(
+        "free_cache_engine",
+        ("vllm", "sglang"),
+        (False,),
+        "it lets the engine sleep between generates on a GPU; on a CPU the engine never sleeps",
+    ),
+    GpuOnlyKey(
+        "enforce_eager",
+        ("vllm",),
+        (True,),
+        "vLLM runs eagerly on a CPU already (null means true there); false would turn torch.compile on",
+    ),
+)
+"""keys of the inference engines that act only on a GPU; the others (chunked prefill, prefix caching, batch
+and length caps, dtype, tensor parallelism) act on a CPU too"""
+
+
+def rollout_without_gpu(cfg: DictConfig) -> str | None:
+    """Why the rollout engine generates on a CPU (``trainer.device``; ``auto`` with no CUDA device), or None
+    when it generates on a GPU. The engine runs on the device the actor's workers resolve."""
+    device = cfg.trainer.device
+    if device == "cpu":
+        return "trainer.device=cpu: the workers, and the engine with them, compute on the CPU"
+    if device == "auto":
+        import torch  # here only: the rest of the config package stays free of torch
+
+        if not torch.cuda.is_available():
+            return "trainer.device=auto and no CUDA device is visible: torch.cuda.is_available() is False"
+    return None
+
+
+def _gpu_only_notices(cfg: DictConfig) -> list[str]:
+    rollout = cfg.actor_rollout_ref.rollout
+    engine = rollout.name
+    keys = [key for key in GPU_ONLY_KEYS if engine in key.engines]
+    if not keys:
+        return []
+    default = OmegaConf.structured(RolloutConfig)
+    changed = [
+        key
+        for key in keys
+        if rollout[key.name] != default[key.name] and (not key.inert or rollout[key.name] in key.inert)
+    ]
+    if engine == "vllm" and _vllm_kwargs(rollout).get("kv_cache_memory_bytes", 0) is None:
+        # kv_cache_memory_bytes=null asks vLLM to size its CPU KV cache from gpu_memory_utilization after all
+        changed = [key for key in changed if key.name != "gpu_memory_utilization"]
+    if not changed:
+        return []
+    where = rollout_without_gpu(cfg)  # only now: resolving trainer.device=auto imports torch
+    if where is None:
+        return []
+    return [
+        f"{ROLLOUT}.{key.name}={as_written(rollout[key.name])} has no effect with rollout.name={engine} "
+        f"without a GPU ({where}): {key.why}"
+        for key in changed
+    ]
+
+
+def _vllm_kwargs(rollout: DictConfig) -> dict[str, Any]:
+    extra = rollout.engine_kwargs.get("vllm") if rollout.engine_kwargs else None
+    return dict(extra) if extra else {}
 
 
 SGLANG_UNTESTED = (
@@ -350,9 +437,11 @@ def _watchdog_notices(cfg: DictConfig) -> list[str]:
 
 
 def backend_notices(cfg: DictConfig) -> list[str]:
-    """Keys of a TrainerConfig set to a value that only another backend reads: accepted, and reported."""
+    """Keys of a TrainerConfig set to a value that only another backend, or only a GPU, reads: accepted, and
+    reported."""
     return (
         _unread([*ROLLOUT_KEYS, LOGPROBS_MODE], cfg.actor_rollout_ref.rollout)
+        + _gpu_only_notices(cfg)
         + ([SGLANG_UNTESTED] if cfg.actor_rollout_ref.rollout.name == "sglang" else [])
         + _fsdp_notices(cfg)
         + _checkpoint_notices(cfg)

@@ -10,6 +10,7 @@ any.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from verl.doctor.batches import BatchReport, explain_batches, validation_rows
@@ -197,7 +198,6 @@ def diagnose(
     from verl.errors import InputError, UserError
     from verl.trainer.plan import StepPlan
     from verl.trainer.prepare import check_inputs, plan_inputs
-    from verl.trainer.run_dir import check_run_directory
     from verl.workers.rollout import get_rollout_class
 
     report = Report()
@@ -228,10 +228,7 @@ def diagnose(
         report.failures.append(f"input: {error}")
         prepare_plan, resolved = None, config
 
-    try:  # what `verl run` checks before it builds anything: a locked or occupied run directory
-        check_run_directory(resolved)
-    except UserError as error:
-        report.failures.append(f"run directory: {error}")
+    _check_run_directory(report, resolved)
 
     gguf = bool(prepare_plan and prepare_plan.gguf_models)
     report.failures += environment_failures(report.packages, needed_packages(config, gguf))
@@ -250,6 +247,41 @@ def diagnose(
     _check_disks(report, config, resolved, prepare_plan)
     _machine_warnings(report, config, machine)
     return report
+
+
+def _check_run_directory(report: Report, config: Any) -> None:
+    """What ``verl run`` checks before it builds anything: a locked or unusable run directory fails.
+
+    An earlier run in the directory is a warning, not a failure: doctor asks whether the config can run, and
+    right after a first ``verl run`` its directory always holds that run (the README runs ``verl doctor``
+    then). It names the directory and the ways out; whatever else the check refuses still fails."""
+    from verl.config.loader import with_updates
+    from verl.errors import UserError
+    from verl.trainer.run_dir import check_run_directory, earlier_run_files
+    from verl.utils.checkpoint import latest_checkpoint_or_none
+
+    try:
+        check_run_directory(config)
+        return
+    except UserError as error:
+        refused = error
+    try:  # the same check with the earlier run moved aside: anything it still refuses is a real problem
+        check_run_directory(with_updates(config, {"trainer.on_existing_run": "move_aside"}))
+    except UserError as error:
+        report.failures.append(f"run directory: {error}")
+        if str(error) == str(refused):
+            return  # refused for that reason alone, whatever the directory holds
+    root = str(config.trainer.default_local_dir)
+    found = ", ".join(p.name for p in earlier_run_files(Path(root).expanduser()))
+    resume = ""
+    if config.trainer.resume_mode != "auto" and latest_checkpoint_or_none(Path(root).expanduser()):
+        resume = "; to continue it instead, set trainer.resume_mode=auto"
+    report.warnings.append(
+        f"run directory: {root} already holds a run ({found}); `verl run` with this config is refused there "
+        f"(exit {getattr(refused, 'exit_code', 1)}): give it a new directory with trainer.experiment_name=<new "
+        "name> (or trainer.default_local_dir), or set trainer.on_existing_run=move_aside to move the old "
+        f"run's files to a sibling directory (nothing is deleted){resume}"
+    )
 
 
 def assumed_gpus(machine: Machine, config: Any, gib: float) -> Machine:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from verl.errors import InputError
 from verl.utils.artifacts import Artifact
+from verl.utils.checkpoint import make_readable
 
 GGUF_SUFFIX = ".gguf"
 
@@ -100,6 +101,7 @@ def convert_gguf(gguf_file: Path, out: Path) -> int:
     model.generation_config = loaded.generation_config
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    make_readable(Path(out))  # a shared cache: readable by its other users (safetensors writes 0600)
     return sum(p.numel() for p in model.parameters())
 
 

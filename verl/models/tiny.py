@@ -18,6 +18,8 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
 
+from verl.utils.checkpoint import make_readable
+
 logger = logging.getLogger(__name__)
 
 PAD_TOKEN = "<|endoftext|>"
@@ -177,6 +179,7 @@ def make_tiny_model(
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    make_readable(out)  # a shared cache: readable by its other users (safetensors writes 0600)
     n_params = sum(p.numel() for p in model.parameters())
     (out / "verl_tiny_model.json").write_text(
         json.dumps({"seed": seed, "n_params": n_params, **config_kwargs})

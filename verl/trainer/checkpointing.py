@@ -36,6 +36,7 @@ from verl.utils.checkpoint import (
     latest_checkpoint,
     latest_checkpoint_or_none,
     load_trainer_state,
+    make_readable,
     prune_checkpoints,
     tmp_step_dir,
     write_checkpoint_info,
@@ -86,6 +87,9 @@ class Checkpointer:
                 group.save_checkpoint(str(tmp / subdir), background=self.background)
                 parts += [tmp / subdir / f"done_rank{r}" for r in range(group.world_size)]
             atomic_torch_save(driver_state, tmp / "trainer_state.pt")
+            # Private (0600) on purpose: the resolved config holds every override as given, credentials
+            # included (an LLM judge's API key in reward_kwargs, a tracker's settings). `verl export` writes
+            # the files meant to be handed on, readable.
             atomic_write_bytes(tmp / "config.yaml", OmegaConf.to_yaml(self.config).encode())
         except Exception as error:
             failure = self._discard(step, error)
@@ -233,8 +237,9 @@ def drop_metrics_after(metrics_path: Path, step: int) -> Path | None:
     if not dropped:
         return None
     aside = metrics_path.with_name(f"metrics.after_step_{step}.{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
-    atomic_write_bytes(aside, "".join(f"{line}\n" for line in dropped).encode())
-    atomic_write_bytes(metrics_path, "".join(f"{line}\n" for line in kept).encode())
+    # readable: the metrics the user reads, kept as readable as the tracker wrote them
+    atomic_write_bytes(aside, "".join(f"{line}\n" for line in dropped).encode(), readable=True)
+    atomic_write_bytes(metrics_path, "".join(f"{line}\n" for line in kept).encode(), readable=True)
     return aside
 
 
@@ -306,6 +311,8 @@ def export_hf(
             AutoTokenizer.from_pretrained(source / "huggingface").save_pretrained(staging)
         out.mkdir(exist_ok=True)
         for item in staging.iterdir():
+            # readable like any file the user writes (save_pretrained's weights file comes out 0600)
+            make_readable(item)
             os.replace(item, out / item.name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -106,8 +106,13 @@ def plan_inputs(config: TrainerConfig) -> PreparePlan:
         return PreparePlan(None, None, None, gguf_models=gguf_models)
     data = None
     if config.data.train_files is None and prep.task:
+        from verl.data.tasks import ROW_FORMATS
+
         _check_task(prep.task)
-        data = Artifact(f"{prep.task}-data", {"task": prep.task, **_plain(prep.task_kwargs)}, cache_dir)
+        settings = {"task": prep.task, **_plain(prep.task_kwargs)}
+        if prep.task in ROW_FORMATS:
+            settings["row_format"] = ROW_FORMATS[prep.task]
+        data = Artifact(f"{prep.task}-data", settings, cache_dir)
     init_model = sft_model = None
     model_unset = not str(config.actor_rollout_ref.model.path).strip()
     if model_unset and prep.model:  # a built-in model's GGUF file, converted like one the user names

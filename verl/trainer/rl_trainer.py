@@ -4,8 +4,8 @@ The trainer owns a :class:`Controller` and calls one step function per RL step: 
 :func:`verl.trainer.step.rl_step` (verl's PPO / GRPO step), or the function named by
 ``trainer.step=module:fn`` / ``file.py:fn``, or the ``_build_dag`` of the Controller class named by
 ``trainer.controller`` (seed 000's ``class GRPOController(Controller)`` style). Greedy validation on
-the held-out split runs every ``trainer.test_freq`` steps and at the end; checkpoints every
-``trainer.save_freq``.
+the held-out split runs every ``trainer.test_freq`` steps and at the last one, and never during training
+with ``test_freq=-1`` (:func:`validates_after`); checkpoints every ``trainer.save_freq``.
 """
 
 from __future__ import annotations
@@ -63,9 +63,19 @@ from verl.utils.tracking import Tracking
 from verl.workers.reward import REWARD_ERROR_KEY
 from verl.workers.reward.combine import check_format_sources, check_no_reward_fn_in_code, needs_rule_fields
 from verl.workers.roles import ActorRolloutRefWorker, CriticWorker, RewardWorker
+from verl.workers.rollout.stats import rollout_metrics
 from verl.workers.rollout_worker import RolloutWorker
 
 logger = logging.getLogger(__name__)
+
+
+def validates_after(step: int, total_steps: int, test_freq: int) -> bool:
+    """Whether the held-out split is validated after RL step ``step``: every ``test_freq`` steps and after the
+    last one, and never when ``test_freq <= 0`` (``-1``: no validation during training), as verl's trainer
+    does. ``trainer.val_before_train`` (before step 1) is decided on its own."""
+    if test_freq <= 0:
+        return False
+    return step % test_freq == 0 or step == total_steps
 
 
 class RLTrainer:
@@ -231,6 +241,7 @@ class RLTrainer:
         timing.setdefault("old_log_prob", 0.0)  # skipped on-policy: the update uses its own log-probs
         metrics.update(compute_data_metrics(batch, self.config.data.max_response_length))
         metrics.update(agent_metrics(batch))
+        metrics.update(rollout_metrics(batch))
         metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
         metrics.update(compute_throughput_metrics(batch, timing["step"], n_devices=self.sizes.dp_size))
         metrics.update({f"worker/restarts/{role}": float(n) for role, n in self.controller.restarts.items()})
@@ -331,6 +342,8 @@ class RLTrainer:
             if hasattr(group, "describe_placement"):  # Ray: where each rank runs
                 tracking.write(f"  {name}: {group.describe_placement()}")
         tracking.write(self.plan.describe())
+        role = self.plan.source.role
+        tracking.write(f"rollout ({role}): {self.controller.groups[role].describe_rollout()[0]}")
         if start_step:
             tracking.write(f"resumed after step {start_step} from {run.resume_from}")
             for change in run.config_changes:
@@ -347,8 +360,8 @@ class RLTrainer:
         for step in range(start_step + 1, self.total_training_steps + 1):
             metrics = self.train_step(step, next(batches), batches)
             is_last = step == self.total_training_steps
-            if self.val_dataset is not None and (
-                (cfg.test_freq > 0 and step % cfg.test_freq == 0) or is_last
+            if self.val_dataset is not None and validates_after(
+                step, self.total_training_steps, cfg.test_freq
             ):
                 with marked_timer("testing", timing := {}):
                     val_metrics = self.validate(step=step)
@@ -379,15 +392,17 @@ class RLTrainer:
     def driver_state(self, step: int) -> dict[str, Any]:
         """What the driver adds to a checkpoint: step, sampler position, RNG, KL controller, restarts."""
         kl_ctrl = self.plan.kl_ctrl
+        # The batch source's first: in the asynchronous modes it waits for the batches in flight (and keeps
+        # them, and the pool), so a resume trains exactly what the uninterrupted run did. Only then the RNG: a
+        # generation still running (a separate rollout role in this process) would draw from it meanwhile.
+        source = self.plan.source.state_dict()
         return {
             "global_step": step,
             "sampler": self.sampler.state_dict(),
             "rng": rng_state(),
             "kl_ctrl": None if kl_ctrl is None else dict(vars(kl_ctrl)),
             "restarts": dict(self.controller.restarts),
-            # the batch source's: in the asynchronous modes the batches in flight (waited for) and the pool,
-            # so a resume trains exactly what the uninterrupted run did
-            "batch_source": self.plan.source.state_dict(),
+            "batch_source": source,
         }
 
     def _resume(self, checkpoint: Path) -> int:

@@ -24,6 +24,7 @@ from verl.models import load_hf_model, tokenizer_for
 from verl.models.loading import check_fits_model, check_model_dir, resolve_dtype
 from verl.models.lora import apply_lora, merged_copy
 from verl.trainer.run_dir import RunDirectory
+from verl.utils.checkpoint import make_readable
 from verl.utils.seeding import set_seed
 from verl.utils.threads import choose_torch_threads, configure_torch_threads
 from verl.utils.tracking import Tracking
@@ -166,6 +167,7 @@ def _train(config: Any, out_dir: Path) -> None:
     # A plain transformers model (LoRA adapters merged into the weights): RL starts from it without peft.
     merged_copy(model).save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
+    make_readable(Path(out_dir))  # (safetensors writes the weights 0600)
 
 
 def _plain_dict(value: Any) -> dict[str, Any]:

@@ -83,6 +83,9 @@ class BatchSource:
     """Where the step's batch comes from. ``batches`` counts the batches handed out (a custom step in an
     asynchronous mode that never asks is refused after its first step)."""
 
+    role = "actor_rollout"
+    """the role that generates the training batches"""
+
     def __init__(self) -> None:
         self.batches = 0
 
@@ -147,6 +150,8 @@ class AheadSource(BatchSource):
     restored from a checkpoint. The first step also takes W more prompts batches from ``more``, so every
     batch is trained in data order.
     """
+
+    role = ROLLOUT
 
     def __init__(self) -> None:
         super().__init__()

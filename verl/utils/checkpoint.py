@@ -57,10 +57,45 @@ def tmp_step_dir(root: str | Path, step: int) -> Path:
     return Path(root).expanduser() / f"{PREFIX}{step}{TMP_SUFFIX}"
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (``/proc/self/status``); elsewhere
+    set and restored at once (a thread creating a file in between would get the wrong mode)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
+def readable_file_mode() -> int:
+    """The mode ``open()`` gives a new file: 0o666 less the umask (0644 under the usual umask 022)."""
+    return 0o666 & ~current_umask()
+
+
+def make_readable(root: Path) -> None:
+    """Give ``root`` and every file under it the mode an ordinary new file (directory) gets under the umask.
+
+    For files a user opens or hands on, written by code that creates them private: ``tempfile.mkstemp``
+    (0600), and safetensors' ``save_file`` (0600 with safetensors 0.8), which transformers' ``save_pretrained``
+    uses for the weights. Symbolic links are left alone (chmod would change what they point at)."""
+    file_mode = readable_file_mode()
+    dir_mode = 0o777 & ~current_umask()
+    for path in [root, *root.rglob("*")] if root.is_dir() else [root]:
+        if path.is_symlink():
+            continue
+        os.chmod(path, dir_mode if path.is_dir() else file_mode)
+
+
 def atomic_write_bytes(path: Path, data: bytes, *, readable: bool = False) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same directory and a rename. The file is
-    private (mkstemp's 0600) unless ``readable``: then it keeps the mode of the file it replaces, or 0644
-    (pages and generation files people open)."""
+    private (mkstemp's 0600) unless ``readable``: then it keeps the mode of the file it replaces, or gets an
+    ordinary new file's (0o666 less the umask: 0644 under umask 022), for files people open (pages,
+    generations, metrics)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -69,7 +104,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, readable: bool = False) -> No
             f.flush()
             os.fsync(f.fileno())
         if readable:
-            os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
+            os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else readable_file_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -101,7 +136,10 @@ def write_checkpoint_info(checkpoint: Path, run_id: str, step: int) -> None:
     checksums of its files; written last, once every part is on disk."""
     info = {"run_id": run_id, "step": step, "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     info[MANIFEST_KEY] = manifest_of(checkpoint, skip=(CHECKPOINT_INFO,))
-    atomic_write_bytes(checkpoint / CHECKPOINT_INFO, (json.dumps(info, indent=1) + "\n").encode())
+    data = (json.dumps(info, indent=1) + "\n").encode()
+    atomic_write_bytes(
+        checkpoint / CHECKPOINT_INFO, data, readable=True
+    )  # ids and checksums: nothing private
 
 
 def checkpoint_damage(checkpoint: Path) -> str | None:
@@ -158,7 +196,8 @@ def finalize_checkpoint(root: str | Path, step: int) -> Path:
         # The run directory's rules (verl.trainer.run_dir) never let a run reach a step that is on disk.
         raise FileExistsError(f"{final} exists already; a checkpoint is never written over another")
     os.replace(tmp, final)
-    atomic_write_bytes(Path(root).expanduser() / LATEST, f"{step}\n".encode())
+    # readable: verl's marker, which scripts read to find the newest checkpoint
+    atomic_write_bytes(Path(root).expanduser() / LATEST, f"{step}\n".encode(), readable=True)
     return final
 
 

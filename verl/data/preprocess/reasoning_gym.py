@@ -3,9 +3,10 @@ datasets) generated into verl's train/test parquet files, scored by reasoning-gy
 
 Rows are generated, not read: ``create_dataset(task, size=, seed=)`` gives entries with a question, an
 answer and metadata. Each row's prompt is the question plus :data:`INSTRUCTION` (answer inside
-``<answer></answer>``), and its ``reward_model.ground_truth`` is JSON text holding the task, its config and
-the whole entry, which :mod:`verl.workers.reward.scorers.reasoning_gym` hands back to the task's
-``score_answer``.
+``<answer></answer>``), its ``reward_model.ground_truth`` is the plain answer (``"288"``: what verl's reward
+functions compare a response with), and its ``extra_info["reasoning_gym"]`` is JSON text holding the task,
+its config, the whole entry and the answer format, which :mod:`verl.workers.reward.scorers.reasoning_gym`
+hands back to the task's ``score_answer``.
 
 The test split never shares a problem with the train split. Most tasks seed entry ``i`` with
 ``seed + i``, so the test entries come from the seeds right after the train ones (``test_seed`` defaults
@@ -29,8 +30,10 @@ from verl.workers.reward.scorers.reasoning_gym import (
     ANSWER_FORMATS,
     DATA_SOURCE_PREFIX,
     TAG_INSTRUCTION,
+    TASK_KEY,
+    answer_text,
     import_reasoning_gym,
-    make_ground_truth,
+    make_task_record,
 )
 
 NAME = "reasoning_gym"
@@ -78,15 +81,15 @@ class TaskSet:
     answer_format: str = "tag"
 
     def row(self, source_index: int, split: str, index: int) -> Row:
-        """Row ``index`` of ``split`` from entry ``source_index``; ``extra_info`` says how to generate the entry
-        again."""
+        """Row ``index`` of ``split`` from entry ``source_index``: the plain answer as its ground truth, and in
+        ``extra_info`` how to generate the entry again and the task record the built-in scorer reads."""
         entry = self.dataset[source_index]
         where = f"reasoning-gym task {self.task!r} (seed {self.seed}, size {self.size}) entry {source_index}"
         question = entry.get("question")
         if not isinstance(question, str) or not question.strip():
             raise DatasetError(f"{where}: its question must be non-empty text, got {question!r:.80}")
         try:
-            ground_truth = make_ground_truth(self.task, entry, self.config, self.answer_format)
+            record = make_task_record(self.task, entry, self.config, self.answer_format)
         except ValueError as error:
             raise DatasetError(f"{where}: {error}") from None
         answer = entry.get("answer")
@@ -96,7 +99,7 @@ class TaskSet:
                 {"role": "user", "content": ANSWER_FORMATS[self.answer_format][0].format(question=question)}
             ],
             "ability": getattr(self.dataset, "category", "reasoning"),
-            "reward_model": {"style": "rule", "ground_truth": ground_truth},
+            "reward_model": {"style": "rule", "ground_truth": answer_text(entry)},
             "extra_info": {
                 "split": split,
                 "index": index,
@@ -106,6 +109,7 @@ class TaskSet:
                 "source_index": source_index,
                 "question": question,
                 "answer": None if answer is None else str(answer),
+                TASK_KEY: record,  # what the built-in scorer needs: task, config, entry, answer format
             },
         }
 

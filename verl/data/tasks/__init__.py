@@ -21,4 +21,10 @@ TASKS: dict[str, TaskWriter] = {
 }
 
 
-__all__ = ["TASKS", "make_arithmetic_rows", "write_arithmetic_dataset"]
+ROW_FORMATS: dict[str, int] = {
+    "reasoning_gym": 2,  # 2: ground_truth is the plain answer, the task's record in extra_info.reasoning_gym
+}
+"""a task's row layout version, when it changed: part of its cached files' key, so a change rebuilds them"""
+
+
+__all__ = ["ROW_FORMATS", "TASKS", "make_arithmetic_rows", "write_arithmetic_dataset"]

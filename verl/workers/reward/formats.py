@@ -1,7 +1,7 @@
 """The final-answer format each data source asks for: what the ``format`` reward term checks.
 
-A format check is ``fn(solution_str, ground_truth) -> bool`` (most ignore the ground truth; a row may name its
-own format there). Built in: GSM8K's ``#### <number>``, MATH's ``\\boxed{...}``, the arithmetic task's number
+A format check is ``fn(solution_str, ground_truth) -> bool`` (most ignore the ground truth); one registered with
+``extra_info=True`` is also given the row's ``extra_info``, where a row may name its own format. Built in: GSM8K's ``#### <number>``, MATH's ``\\boxed{...}``, the arithmetic task's number
 right after the ``=``, and for every data source starting with ``reasoning_gym/`` the row's answer format
 (``<answer>...</answer>``, or a number). A task registers its own with :func:`register_answer_format`.
 """
@@ -22,19 +22,24 @@ ANSWER_FORMATS: dict[str, FormatCheck] = {}
 """data_source -> its format check"""
 PREFIX_FORMATS: dict[str, FormatCheck] = {}
 """data_source prefix (``reasoning_gym/``) -> the format check of every source starting with it"""
+_READS_EXTRA_INFO: set[Callable[..., bool]] = set()
+"""the checks registered with ``extra_info=True``: called ``fn(solution_str, ground_truth, extra_info)``"""
 
 
 def register_answer_format(
-    data_source: str, *, prefix: bool = False, overwrite: bool = False
+    data_source: str, *, prefix: bool = False, overwrite: bool = False, extra_info: bool = False
 ) -> Callable[[FormatCheck], FormatCheck]:
     """Decorator registering ``fn(solution_str, ground_truth) -> bool`` as the answer format of ``data_source`` (with
-    ``prefix``: of every data source starting with it). Registering a name twice raises unless ``overwrite``."""
+    ``prefix``: of every data source starting with it; with ``extra_info``: ``fn(solution_str, ground_truth,
+    extra_info)``, for a format the row names there). Registering a name twice raises unless ``overwrite``."""
     table = PREFIX_FORMATS if prefix else ANSWER_FORMATS
 
     def decorator(fn: FormatCheck) -> FormatCheck:
         if data_source in table and table[data_source] is not fn and not overwrite:
             raise ValueError(f"an answer format is already registered for {data_source!r}")
         table[data_source] = fn
+        if extra_info:
+            _READS_EXTRA_INFO.add(fn)
         return fn
 
     return decorator
@@ -65,7 +70,10 @@ def format_score(
 ) -> float:
     """1.0 when ``solution_str`` has the final-answer format ``data_source`` asks for, else 0.0 (the scorer
     signature, so it is one more term of the sum)."""
-    return 1.0 if format_check(data_source)(solution_str or "", ground_truth) else 0.0
+    check = format_check(data_source)
+    if check in _READS_EXTRA_INFO:
+        return 1.0 if check(solution_str or "", ground_truth, extra_info) else 0.0
+    return 1.0 if check(solution_str or "", ground_truth) else 0.0
 
 
 def _gsm8k(solution_str: str, ground_truth: Any = None) -> bool:
@@ -87,10 +95,10 @@ def _arithmetic(solution_str: str, ground_truth: Any = None) -> bool:
     return _LEADING_INT.match(solution_str) is not None
 
 
-def _reasoning_gym(solution_str: str, ground_truth: Any = None) -> bool:
-    """The answer in the row's own format (``<answer>...</answer>`` by default, or a number): what its scorer
-    reads (:data:`verl.workers.reward.scorers.reasoning_gym.ANSWER_FORMATS`)."""
-    return reasoning_gym.read_answer(solution_str, ground_truth) is not None
+def _reasoning_gym(solution_str: str, ground_truth: Any = None, extra_info: Any = None) -> bool:
+    """The answer in the row's own format (``<answer>...</answer>`` by default, or a number, named in its
+    ``extra_info``): what its scorer reads (:data:`verl.workers.reward.scorers.reasoning_gym.ANSWER_FORMATS`)."""
+    return reasoning_gym.read_answer(solution_str, ground_truth, extra_info) is not None
 
 
 register_answer_format("openai/gsm8k")(_gsm8k)
@@ -98,5 +106,5 @@ register_answer_format("gsm8k")(_gsm8k)
 for _name in MATH_DATA_SOURCES:
     register_answer_format(_name)(_math)
 register_answer_format("arithmetic")(_arithmetic)
-register_answer_format("reasoning_gym/", prefix=True)(_reasoning_gym)
-register_answer_format("reasoning_gym")(_reasoning_gym)  # a file mixing tasks
+register_answer_format("reasoning_gym/", prefix=True, extra_info=True)(_reasoning_gym)
+register_answer_format("reasoning_gym", extra_info=True)(_reasoning_gym)  # a file mixing tasks

@@ -28,6 +28,16 @@ def register_rollout(name: str) -> Callable:
     return ROLLOUT_REGISTRY.register(name)
 
 
+def package_version(module: str | None) -> str:
+    """`` <version>`` of an imported module (empty for None, or a module without one)."""
+    if module is None:
+        return ""
+    import importlib
+
+    version = getattr(importlib.import_module(module), "__version__", None)
+    return f" {version}" if version else ""
+
+
 def get_rollout_class(name: str) -> Callable[..., Any]:
     return ROLLOUT_REGISTRY.lookup(name)
 
@@ -293,9 +303,25 @@ class RolloutEngine:
     the weights' own"""
     pad_token_id: int
     eos_token_ids: list[int]
+    label = "engine"
+    """what the start-up line calls it"""
+    package: str | None = None
+    """the module whose version the start-up line names (None: this project's own code)"""
 
     def generate_sequences(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
         raise NotImplementedError
+
+    def describe(self) -> str:
+        """The start-up line: which engine (its package's version), in which dtype, where its weights are."""
+        model = getattr(self, "model", None)
+        if model is None:
+            return self.label
+        param = next(model.parameters())
+        dtype = self.compute_dtype or param.dtype
+        return (
+            f"{self.label}{package_version(self.package)}, generating with the actor's module in "
+            f"{str(dtype).removeprefix('torch.')} on {param.device}"
+        )
 
     def generate_tokens(self, requests: list[TokenRequest]) -> list[TokenResponse]:
         """Token-in / token-out (the server mode's call): one response per request, in order."""

@@ -20,6 +20,7 @@ class DummyRollout(RolloutEngine):
     every prompt. Useful to test data flow, rewards and updates without paying for generation."""
 
     returns_log_probs = False  # no rollout_log_probs: the old_log_prob pass computes them when needed
+    label = "dummy (random tokens, no model)"
 
     def __init__(
         self, model: torch.nn.Module, eos_token_ids: list[int], pad_token_id: int, micro_batch_size=None

@@ -131,6 +131,7 @@ class FastRollout(RolloutEngine):
     """
 
     compact_fraction = 0.25
+    label = "fast (verl's KV-cached sampler)"
     # Its ``rollout_log_probs`` are the actor's log-probs of the same weights (tests/unit/test_fast_rollout.py),
     # so before any update they can stand in for the old_log_prob pass.
     returns_log_probs = True

@@ -20,6 +20,8 @@ class HFRollout(RolloutEngine):
     """Generates with the actor's own module (the hybrid engine: no second copy of the weights)."""
 
     returns_log_probs = False  # no rollout_log_probs: the old_log_prob pass computes them when needed
+    label = "hf (transformers' generate)"
+    package = "transformers"
 
     def __init__(
         self,

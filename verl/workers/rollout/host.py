@@ -40,6 +40,7 @@ from verl.workers.rollout.agent_pool import AgentPool
 from verl.workers.rollout.base import with_prompt_fields
 from verl.workers.rollout.chunked import decode_in_chunks
 from verl.workers.rollout.server import RolloutServer, generate_batch
+from verl.workers.rollout.stats import SERVER_CALLS, SERVER_REQUESTS, SYNC_BYTES, SYNC_SECONDS
 from verl.workers.rollout.streaming import StreamingPool
 
 VERSION_KEYS = ("min_global_steps", "max_global_steps")
@@ -98,6 +99,10 @@ class RolloutHost:
         self.pool = self._pool(uses_agent_loop(config.actor_rollout_ref.rollout))
         self._idle_from: float | None = None
         """when the last generation ended: the rollout sits idle from then until the next one starts"""
+        self._synced_since = [0.0, 0]
+        """seconds and bytes of the engine's weight syncs since the last batch"""
+        self._server_seen = (0, 0)
+        """the server's requests answered and engine calls at the last batch"""
 
     @property
     def engine(self) -> Any:
@@ -167,13 +172,45 @@ class RolloutHost:
     def sampling(self, validate: bool) -> SamplingParams:
         return sampling_params(self.config, validate)
 
+    def describe(self) -> str:
+        """The start-up line of what generates here (the engine is built if it was not)."""
+        rollout = self.config.actor_rollout_ref.rollout
+        parts = [self.engine.describe(), f"rollout.mode={rollout.mode}"]
+        if self.server is not None:
+            parts.append(f"served (max_num_seqs {self.server.max_num_seqs})")
+        if self.agent is not None:
+            parts.append(f"agent loop {self.agent.default_loop}")
+        if self.engine_group is not None:
+            parts.append(f"tensor-parallel over {self.engine_group.size()} ranks")
+        return "; ".join(parts)
+
+    def _stats(self, syncs: bool = True) -> dict[str, float]:
+        """The server's traffic since the last batch and (``syncs``) the weight syncs since the last one that
+        counted them (`verl.workers.rollout.stats`)."""
+        stats: dict[str, float] = {}
+        if syncs and self._engine is not None and self._engine.owns_weights:
+            stats = {SYNC_SECONDS: self._synced_since[0], SYNC_BYTES: self._synced_since[1]}
+            self._synced_since = [0.0, 0]
+        if self.server is not None:
+            seen = (self.server.requests_answered, self.server.engine_calls)
+            stats[SERVER_REQUESTS] = seen[0] - self._server_seen[0]
+            stats[SERVER_CALLS] = seen[1] - self._server_seen[1]
+            self._server_seen = seen
+        return stats
+
     def _agent_runner(self) -> AgentLoopRunner:
         """Agent loops need a server (each sample's turns are separate requests): mode=async's, or one of
         their own."""
         if self.server is None:
             self.server = RolloutServer(self.engine, self.config.actor_rollout_ref.rollout.max_num_seqs)
+        server = self.server
         return AgentLoopRunner(
-            self.config, self._tokenizer, self.server.generate, self.eos_token_ids, self.pad_token_id
+            self.config,
+            self._tokenizer,
+            server.generate,
+            self.eos_token_ids,
+            self.pad_token_id,
+            submit_all=server.generate_all,
         )
 
     # ------------------------------------------------------------------ one batch
@@ -187,6 +224,9 @@ class RolloutHost:
         with torch.no_grad(), self.resident():
             output = self._generate(prompts, self.sampling(validate))
         output = with_prompt_fields(output, prompts)
+        stats = self._stats(syncs=not validate)  # (a validation's syncs count toward the next training batch)
+        if not validate:
+            output.meta_info.update(stats)
         if tag_version:
             for key in VERSION_KEYS:
                 output.non_tensor_batch[key] = np.full(len(output), self.version, dtype=np.int64)
@@ -226,6 +266,8 @@ class RolloutHost:
         with engine.awake():
             if engine.weights_version != self.version:
                 engine.sync_weights(self.model, self.version)
+                self._synced_since[0] += engine.last_sync[0]
+                self._synced_since[1] += engine.last_sync[1]
             yield
 
     def _generate_here(self, prompts: DataProto, sampling: SamplingParams, version: int | None) -> DataProto:
@@ -283,6 +325,7 @@ class RolloutHost:
         restarted = self.pool.restart_stale(oldest_allowed=train_step - 1 - max_staleness)
         output = self.pool.collect(num_groups, self._decode, self.pool_version(train_step))
         output.meta_info.update(rollout_idle_s=idle, restarted_groups=restarted, pool_groups=len(self.pool))
+        output.meta_info.update(self._stats())
         self._idle_from = time.perf_counter()
         return output
 
@@ -306,6 +349,10 @@ class HostCalls:
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def collect(self, num_groups: int, train_step: int, max_staleness: int) -> DataProto:
         return self.host.collect(num_groups, train_step, max_staleness)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def describe_rollout(self) -> str:
+        return self.host.describe()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def finish_started(self, train_step: int) -> None:

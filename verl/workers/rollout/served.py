@@ -14,6 +14,7 @@ import logging
 import random
 import shutil
 import tempfile
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,6 +34,7 @@ from verl.workers.rollout.base import (
     TokenRequest,
     TokenResponse,
     batch_from_responses,
+    package_version,
     requests_from_batch,
 )
 
@@ -145,12 +147,15 @@ class ServedEngine(RolloutEngine):
         self._awake_depth = 0
         param = next(model.parameters())
         dtype = resolve_dtype(config.dtype) if config.dtype else param.dtype
+        self.dtype, self.device = dtype, device or param.device
+        self.last_sync: tuple[float, int] = (0.0, 0)
+        """the last weight sync's seconds and bytes"""
         self._start(
             module,
             model,
             config,
             dtype,
-            device or param.device,
+            self.device,
             int(config.max_model_len or max_model_len),
             seed,
         )
@@ -160,9 +165,23 @@ class ServedEngine(RolloutEngine):
 
     def sync_weights(self, model: torch.nn.Module, version: int) -> None:
         """Make the engine hold ``model``'s weights (the policy) as policy ``version``."""
+        start, self._sent = time.perf_counter(), 0
         with self.awake():
             self._load(model)
         self.weights_version = version
+        self.last_sync = (time.perf_counter() - start, self._sent)
+
+    def _policy_weights(self, model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+        """:func:`policy_weights`, each tensor's bytes counted into the sync's figure."""
+        for name, tensor in policy_weights(model):
+            self._sent += tensor.numel() * tensor.element_size()
+            yield name, tensor
+
+    def describe(self) -> str:
+        return (
+            f"{self.label}{package_version(self.package)}, its own copy of the weights in "
+            f"{str(self.dtype).removeprefix('torch.')} on {self.device}, synchronised after every update"
+        )
 
     def check_version(self, expected: int | None) -> None:
         if expected is not None and expected != self.weights_version:

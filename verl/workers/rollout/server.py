@@ -82,6 +82,7 @@ class RolloutServer:
         self.max_num_seqs = max_num_seqs
         self.engine_calls = 0
         """engine calls made so far (how many batches the requests formed)"""
+        self.requests_answered = 0
         self._queue = _Queue()
         weakref.finalize(self, self._queue.close)
         # A new OS thread starts with OpenMP's default thread count and CUDA device 0, not the trainer's:
@@ -121,6 +122,10 @@ class RolloutServer:
         """The coroutine form of `submit`: many may be awaited at once."""
         return await asyncio.wrap_future(self.submit(request))
 
+    async def generate_all(self, requests: list[TokenRequest]) -> list[TokenResponse]:
+        """The coroutine form of `submit_all`: the answers in the order given."""
+        return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in self.submit_all(requests))))
+
     def generate_many(self, requests: Iterable[TokenRequest]) -> list[TokenResponse]:
         """Send all requests at once and wait for every answer (in the order given)."""
         return [future.result() for future in self.submit_all(list(requests))]
@@ -144,6 +149,7 @@ class RolloutServer:
                         f"{len(batch)} requests"
                     )
                 self.engine_calls += 1
+                self.requests_answered += len(batch)
                 outcome = list(responses)
         except BaseException as error:  # the engine's error goes to every request of the batch
             outcome = [error] * len(batch)

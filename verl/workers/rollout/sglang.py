@@ -20,7 +20,7 @@ import torch
 
 from verl.models.lora import has_adapters
 from verl.workers.rollout.base import SamplingParams, TokenRequest, TokenResponse, register_rollout
-from verl.workers.rollout.served import ServedEngine, known_engine_args, policy_weights, start_in_process
+from verl.workers.rollout.served import ServedEngine, known_engine_args, start_in_process
 
 BUCKET_BYTES = 512 << 20
 """weights per update_weights_from_tensor call"""
@@ -58,6 +58,9 @@ def buckets(
 class SGLangRollout(ServedEngine):
     """An SGLang engine with its own copy of the policy, synchronised by version (see the module docstring;
     the constructor's arguments: `ServedEngine`)."""
+
+    label = "SGLang"
+    package = "sglang"
 
     def _import(self, model: torch.nn.Module) -> Any:
         if has_adapters(model):
@@ -101,7 +104,7 @@ class SGLangRollout(ServedEngine):
         self.engine = start_in_process(lambda: module.Engine(**options))
 
     def _load(self, model: torch.nn.Module) -> None:
-        for bucket in buckets(policy_weights(model), BUCKET_BYTES):
+        for bucket in buckets(self._policy_weights(model), BUCKET_BYTES):
             self.engine.update_weights_from_tensor(named_tensors=bucket, flush_cache=True)
 
     def _generate(self, requests: list[TokenRequest]) -> list[TokenResponse]:

@@ -44,7 +44,6 @@ from verl.workers.rollout.served import (
     ServedEngine,
     full,
     known_engine_args,
-    policy_weights,
     start_in_process,
 )
 
@@ -147,6 +146,9 @@ class VLLMRollout(ServedEngine):
     """A vLLM engine holding its own copy of the policy, synchronised by version (see the module docstring;
     the constructor's arguments: `ServedEngine`)."""
 
+    label = "vLLM"
+    package = "vllm"
+
     def _import(self, model: torch.nn.Module) -> Any:
         return import_vllm()
 
@@ -220,11 +222,11 @@ class VLLMRollout(ServedEngine):
         after. The prefix cache is reset: its KV was computed with the old weights."""
         if has_adapters(model):
             if not self._base_loaded:
-                self.load_weights(policy_weights(model))
+                self.load_weights(self._policy_weights(model))
                 self._base_loaded = True
             self._load_adapters(model)
         else:
-            self.load_weights(policy_weights(model))
+            self.load_weights(self._policy_weights(model))
         self.llm.reset_prefix_cache()
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -244,6 +246,7 @@ class VLLMRollout(ServedEngine):
 
         path = self.dir / "adapter"
         write_adapters(model, path)
+        self._sent += sum(p.numel() * p.element_size() for n, p in model.named_parameters() if ".lora_" in n)
         self.llm.llm_engine.add_lora(LoRARequest(ADAPTER, 1, str(path), load_inplace=True))
         self._lora = LoRARequest(ADAPTER, 1, str(path))
 

@@ -79,7 +79,7 @@ register_scorer("math_verify")(_math_verify)
 
 
 def _reasoning_gym(solution_str: str, ground_truth: Any, extra_info: Any = None) -> dict[str, float]:
-    """reasoning-gym's own ``score_answer`` for the task named in the ground truth, on the response's last
+    """reasoning-gym's own ``score_answer`` for the task named in the row's extra_info, on the response's last
     ``<answer>...</answer>``; see its module."""
     return reasoning_gym.compute_score(solution_str, ground_truth, extra_info=extra_info)
 

@@ -1,11 +1,14 @@
 """reasoning-gym tasks scored by reasoning-gym's own verifiers.
 
-A row written by ``python -m verl.data.preprocess reasoning_gym --task T`` carries, as JSON text in
-``reward_model.ground_truth``, everything the task's ``score_answer(answer, entry)`` needs: the task name,
-the task config it was generated with and the generated entry (question, answer, metadata). The answer is
-read from the response in the row's ``answer_format`` (:data:`ANSWER_FORMATS`): the text inside its last
-``<answer>...</answer>`` (``tag``, reasoning-gym's convention, the default) or its last number (``number``);
-a response without one scores 0 without consulting the task.
+A row written by ``python -m verl.data.preprocess reasoning_gym --task T`` has the plain answer as
+``reward_model.ground_truth`` (``"288"``, as verl's GSM8K rows do), so a reward function of one's own that
+compares strings works on it. Everything the task's ``score_answer(answer, entry)`` needs is in the row's
+``extra_info["reasoning_gym"]`` (:data:`TASK_KEY`), as JSON text: the task name, the task config it was
+generated with, the generated entry (question, answer, metadata) and the answer format. Rows written before
+carried that record as their ground truth; they still score the same. The answer is read from the response
+in the row's ``answer_format`` (:data:`ANSWER_FORMATS`): the text inside its last ``<answer>...</answer>``
+(``tag``, reasoning-gym's convention, the default) or its last number (``number``); a response without one
+scores 0 without consulting the task.
 
 The score is the task's own, which may be partial (many tasks give 0.01 or 0.05 to a well-formed wrong
 answer); ``acc`` is 1 only for full marks, so validation's ``val-core/reasoning_gym/<task>/acc/mean@n`` is
@@ -18,13 +21,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
 DATA_SOURCE_PREFIX = "reasoning_gym/"
-"""Rows of task ``T`` have data_source ``reasoning_gym/T``; the scorer takes the task from the ground truth."""
+"""Rows of task ``T`` have data_source ``reasoning_gym/T``; the scorer takes the task from the row's record."""
+
+TASK_KEY = "reasoning_gym"
+"""The ``extra_info`` key of a row's task record (:func:`make_task_record`)."""
 
 INSTALL = "pip install 'reasoning-gym>=0.1.20' (or pip install -e '.[tasks]')"
 
@@ -99,10 +105,18 @@ def from_json_value(value: Any) -> Any:
     return value
 
 
-def make_ground_truth(
+def answer_text(entry: dict[str, Any]) -> str:
+    """The plain answer of a generated entry, a row's ``reward_model.ground_truth``: ``""`` for a task whose
+    entries have no single answer (boxnet, graph_color, rubiks_cube, ...: the task's verifier accepts any
+    valid one), which only this scorer can score."""
+    answer = entry.get("answer")
+    return "" if answer is None else str(answer)
+
+
+def make_task_record(
     task: str, entry: dict[str, Any], config: dict[str, Any] | None = None, answer_format: str = "tag"
 ) -> str:
-    """The JSON text stored as ``reward_model.ground_truth``: ``{"task", "config", "entry", "answer_format"}``."""
+    """The JSON text stored as ``extra_info["reasoning_gym"]``: ``{"task", "config", "entry", "answer_format"}``."""
     payload = {
         "task": task,
         "config": to_json_value(config or {}, "config"),
@@ -112,28 +126,44 @@ def make_ground_truth(
     return json.dumps(payload, ensure_ascii=False)
 
 
-def parse_ground_truth(ground_truth: Any) -> tuple[str, dict[str, Any], dict[str, Any], str]:
-    """``(task, config, entry, answer_format)`` from :func:`make_ground_truth`'s text (``tag`` when it names no
-    format); anything else is a ValueError that says what a reasoning-gym ground truth looks like."""
-    expected = (
-        'a reasoning-gym ground truth is JSON text {"task", "config", "entry", "answer_format"} written by '
-        "verl.data.preprocess"
+_EXPECTED = (
+    f'a reasoning-gym row carries its task as JSON text {{"task", "config", "entry", "answer_format"}} in '
+    f"extra_info[{TASK_KEY!r}], written by verl.data.preprocess reasoning_gym"
+)
+
+
+def task_record(ground_truth: Any, extra_info: Any = None) -> str:
+    """A row's task record: ``extra_info["reasoning_gym"]``, or for a row written before the record moved
+    there, its ground truth (which was the record). A row with neither is a ValueError saying so."""
+    if isinstance(extra_info, Mapping) and extra_info.get(TASK_KEY) is not None:
+        return extra_info[TASK_KEY]
+    if isinstance(ground_truth, str) and ground_truth.lstrip().startswith("{"):
+        return ground_truth
+    keys = sorted(extra_info) if isinstance(extra_info, Mapping) else None
+    raise ValueError(
+        f"{_EXPECTED}; this row has none (extra_info keys: {keys}), and its ground truth {ground_truth!r:.120} "
+        "is not such a record either (as rows written before carried it)"
     )
-    if not isinstance(ground_truth, str):
-        raise ValueError(f"{expected}; got a {type(ground_truth).__name__}: {ground_truth!r:.120}")
+
+
+def parse_task_record(record: Any) -> tuple[str, dict[str, Any], dict[str, Any], str]:
+    """``(task, config, entry, answer_format)`` from :func:`make_task_record`'s text (``tag`` when it names no
+    format); anything else is a ValueError that says what a reasoning-gym row carries."""
+    if not isinstance(record, str):
+        raise ValueError(f"{_EXPECTED}; got a {type(record).__name__}: {record!r:.120}")
     try:
-        payload = from_json_value(json.loads(ground_truth))
+        payload = from_json_value(json.loads(record))
     except ValueError:
-        raise ValueError(f"{expected}; got text that is not JSON: {ground_truth!r:.120}") from None
+        raise ValueError(f"{_EXPECTED}; got text that is not JSON: {record!r:.120}") from None
     if not isinstance(payload, dict) or not {"task", "entry"} <= set(payload):
-        raise ValueError(f"{expected}; got {ground_truth!r:.120}")
+        raise ValueError(f"{_EXPECTED}; got {record!r:.120}")
     entry = payload["entry"]
     if not isinstance(entry, dict) or "answer" not in entry or "metadata" not in entry:
-        raise ValueError(f"{expected}; its entry lacks 'answer' or 'metadata': {ground_truth!r:.120}")
+        raise ValueError(f"{_EXPECTED}; its entry lacks 'answer' or 'metadata': {record!r:.120}")
     answer_format = payload.get("answer_format", "tag")
     if answer_format not in ANSWER_FORMATS:
         raise ValueError(
-            f"{expected}; its answer_format {answer_format!r} is not one of {', '.join(ANSWER_FORMATS)}"
+            f"{_EXPECTED}; its answer_format {answer_format!r} is not one of {', '.join(ANSWER_FORMATS)}"
         )
     return payload["task"], payload.get("config") or {}, entry, answer_format
 
@@ -183,19 +213,20 @@ def score_answer(
     return float(dataset.score_answer(answer, entry))
 
 
-def read_answer(solution_str: str, ground_truth: Any) -> str | None:
-    """The answer in ``solution_str``, read in the format ``ground_truth`` names (``tag`` when it names none or
+def read_answer(solution_str: str, ground_truth: Any, extra_info: Any = None) -> str | None:
+    """The answer in ``solution_str``, read in the format the row's record names (``tag`` when it names none or
     cannot be parsed: the format reward term must not fail where the correctness term reports the row)."""
     try:
-        answer_format = parse_ground_truth(ground_truth)[3]
+        answer_format = parse_task_record(task_record(ground_truth, extra_info))[3]
     except ValueError:
         answer_format = "tag"
     return ANSWER_FORMATS[answer_format][1](solution_str)
 
 
 def compute_score(solution_str: str, ground_truth: Any, extra_info: Any = None) -> dict[str, float]:
-    """Score a response to a reasoning-gym row: ``{"score": the task's score, "acc": 1.0 for full marks}``."""
-    task, config, entry, answer_format = parse_ground_truth(ground_truth)
+    """Score a response to a reasoning-gym row: ``{"score": the task's score, "acc": 1.0 for full marks}``. The
+    task, its config and the entry come from ``extra_info["reasoning_gym"]`` (:func:`task_record`)."""
+    task, config, entry, answer_format = parse_task_record(task_record(ground_truth, extra_info))
     answer = ANSWER_FORMATS[answer_format][1](solution_str)
     score = 0.0 if answer is None else score_answer(task, answer, entry, config)
     return {"score": score, "acc": 1.0 if score >= 1.0 else 0.0}

@@ -1,0 +1,27 @@
+"""What a rollout did besides sampling, per batch: the engine's weight syncs and the server's traffic.
+
+The host (:mod:`verl.workers.rollout.host`) counts them between two batches and puts them in the batch's
+``meta_info``; :func:`rollout_metrics` turns them into the step's metrics, so a run shows that its inference
+engine took new weights (and what that cost) and that its server answered.
+"""
+
+from __future__ import annotations
+
+from verl.protocol import DataProto
+
+SYNC_SECONDS, SYNC_BYTES = "rollout_weight_sync_s", "rollout_weight_sync_bytes"
+SERVER_REQUESTS, SERVER_CALLS = "rollout_server_requests", "rollout_server_engine_calls"
+
+
+def rollout_metrics(batch: DataProto) -> dict[str, float]:
+    """``rollout/weight_sync_s`` and ``rollout/weight_sync_mb`` (an engine with its own weights: the syncs
+    before this batch), ``rollout/server_requests`` and ``rollout/server_engine_calls`` (rollout.mode=async and
+    agent loops: requests answered, and the engine calls they were batched into)."""
+    meta, metrics = batch.meta_info, {}
+    if SYNC_SECONDS in meta:
+        metrics["rollout/weight_sync_s"] = float(meta[SYNC_SECONDS])
+        metrics["rollout/weight_sync_mb"] = float(meta[SYNC_BYTES]) / 2**20
+    if SERVER_REQUESTS in meta:
+        metrics["rollout/server_requests"] = float(meta[SERVER_REQUESTS])
+        metrics["rollout/server_engine_calls"] = float(meta[SERVER_CALLS])
+    return metrics
