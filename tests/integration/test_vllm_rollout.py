@@ -331,10 +331,10 @@ def test_grpo_steps_with_vllm_sync_every_update_and_report_the_mismatch(
         assert abs(record["training/rollout_actor_kl"]) < 1e-6
     assert "val-core/arithmetic/acc/mean@1" in records[-1]  # validation generated through vLLM too
     # step 2's batch followed a sync of the weights step 1 updated: every weight, or with LoRA the adapters
-    sent = records[2]["rollout/weight_sync_mb"] * 2**20
+    sent = records[2]["perf/weight_sync_mb"] * 2**20
     module = worker.actor_model
     adapters = sum(p.numel() * p.element_size() for n, p in module.named_parameters() if ".lora_" in n)
-    assert records[2]["rollout/weight_sync_s"] > 0
+    assert records[2]["timing_s/weight_sync"] > 0
     if lora_rank:
         assert sent == adapters
     else:

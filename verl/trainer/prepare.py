@@ -37,6 +37,7 @@ from verl.config import (
     sft_overrides,
     with_updates,
 )
+from verl.trainer.pinned_warm_start import install_pinned, pinned_record, pinned_warm_starts
 from verl.utils.artifacts import Artifact
 
 logger = logging.getLogger(__name__)
@@ -175,7 +176,12 @@ def prepare_inputs(config: TrainerConfig, log: Callable[[str], None] = print) ->
         train_files = as_file_list(resolved.data.train_files)
         if plan.data is not None and (plan.data.path / SFT_FILE).is_file():
             train_files = [str(plan.data.path / SFT_FILE)]  # the task's own demonstrations
-        plan.sft_model.build(lambda out: _warm_start(config, plan.init_model.path, train_files, out), log)
+        pinned = pinned_warm_starts().get(plan.sft_model.key)
+        if pinned is not None:  # the recipe's warm start, shipped: the same model on every CPU
+            log(f"[prepare] warm start: the shipped one ({pinned}, {pinned_record(pinned)['summary']})")
+            plan.sft_model.build(lambda out: install_pinned(pinned, out), log)
+        else:
+            plan.sft_model.build(lambda out: _warm_start(config, plan.init_model.path, train_files, out), log)
     _check_set(resolved)
     return resolved
 

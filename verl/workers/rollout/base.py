@@ -311,17 +311,11 @@ class RolloutEngine:
     def generate_sequences(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
         raise NotImplementedError
 
-    def describe(self) -> str:
-        """The start-up line: which engine (its package's version), in which dtype, where its weights are."""
-        model = getattr(self, "model", None)
-        if model is None:
-            return self.label
-        param = next(model.parameters())
-        dtype = self.compute_dtype or param.dtype
-        return (
-            f"{self.label}{package_version(self.package)}, generating with the actor's module in "
-            f"{str(dtype).removeprefix('torch.')} on {param.device}"
-        )
+    @classmethod
+    def describe(cls, dtype: torch.dtype, device: Any) -> str:
+        """The start-up line: which engine (its package's version), computing in ``dtype`` on ``device``."""
+        where = "its own copy of the weights" if cls.owns_weights else "generating with the actor's module"
+        return f"{cls.label}{package_version(cls.package)}, {where} in {str(dtype).removeprefix('torch.')} on {device}"
 
     def generate_tokens(self, requests: list[TokenRequest]) -> list[TokenResponse]:
         """Token-in / token-out (the server mode's call): one response per request, in order."""

@@ -29,7 +29,9 @@ import numpy as np
 import torch
 
 from verl.agent_loop import AgentLoopRunner, uses_agent_loop
+from verl.agent_loop.runner import default_agent_loop
 from verl.models import eos_token_ids
+from verl.models.loading import resolve_dtype
 from verl.protocol import DataProto
 from verl.single_controller import Dispatch, register
 from verl.utils.precision import ComputeDtype, rollout_compute_dtype
@@ -173,13 +175,20 @@ class RolloutHost:
         return sampling_params(self.config, validate)
 
     def describe(self) -> str:
-        """The start-up line of what generates here (the engine is built if it was not)."""
+        """The start-up line of what generates here, as the engine will be built (it is not started for it:
+        an engine started out of turn, before a resumed run's first step, changed that run)."""
         rollout = self.config.actor_rollout_ref.rollout
-        parts = [self.engine.describe(), f"rollout.mode={rollout.mode}"]
-        if self.server is not None:
-            parts.append(f"served (max_num_seqs {self.server.max_num_seqs})")
-        if self.agent is not None:
-            parts.append(f"agent loop {self.agent.default_loop}")
+        engine_cls = get_rollout_class(rollout.name)
+        param = next(self.model.parameters())
+        if engine_cls.owns_weights:
+            dtype = resolve_dtype(rollout.dtype) if rollout.dtype else param.dtype
+        else:
+            dtype = rollout_compute_dtype(rollout.dtype, self.compute, self.model) or param.dtype
+        parts = [engine_cls.describe(dtype, self.device), f"rollout.mode={rollout.mode}"]
+        if rollout.mode == "async" or uses_agent_loop(rollout):
+            parts.append(f"served (max_num_seqs {rollout.max_num_seqs})")
+        if uses_agent_loop(rollout):
+            parts.append(f"agent loop {default_agent_loop(rollout)}")
         if self.engine_group is not None:
             parts.append(f"tensor-parallel over {self.engine_group.size()} ranks")
         return "; ".join(parts)

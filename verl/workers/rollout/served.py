@@ -34,7 +34,6 @@ from verl.workers.rollout.base import (
     TokenRequest,
     TokenResponse,
     batch_from_responses,
-    package_version,
     requests_from_batch,
 )
 
@@ -176,12 +175,6 @@ class ServedEngine(RolloutEngine):
         for name, tensor in policy_weights(model):
             self._sent += tensor.numel() * tensor.element_size()
             yield name, tensor
-
-    def describe(self) -> str:
-        return (
-            f"{self.label}{package_version(self.package)}, its own copy of the weights in "
-            f"{str(self.dtype).removeprefix('torch.')} on {self.device}, synchronised after every update"
-        )
 
     def check_version(self, expected: int | None) -> None:
         if expected is not None and expected != self.weights_version:

@@ -14,13 +14,15 @@ SERVER_REQUESTS, SERVER_CALLS = "rollout_server_requests", "rollout_server_engin
 
 
 def rollout_metrics(batch: DataProto) -> dict[str, float]:
-    """``rollout/weight_sync_s`` and ``rollout/weight_sync_mb`` (an engine with its own weights: the syncs
-    before this batch), ``rollout/server_requests`` and ``rollout/server_engine_calls`` (rollout.mode=async and
-    agent loops: requests answered, and the engine calls they were batched into)."""
+    """``timing_s/weight_sync`` and ``perf/weight_sync_mb`` (an engine with its own weights: the syncs
+    before this batch; in verl's timing and perf namespaces, as they depend on the machine and, after a resume,
+    on the process: a new engine takes the whole weights again), ``rollout/server_requests`` and
+    ``rollout/server_engine_calls`` (rollout.mode=async and agent loops: requests answered, and the engine calls
+    they were batched into)."""
     meta, metrics = batch.meta_info, {}
     if SYNC_SECONDS in meta:
-        metrics["rollout/weight_sync_s"] = float(meta[SYNC_SECONDS])
-        metrics["rollout/weight_sync_mb"] = float(meta[SYNC_BYTES]) / 2**20
+        metrics["timing_s/weight_sync"] = float(meta[SYNC_SECONDS])
+        metrics["perf/weight_sync_mb"] = float(meta[SYNC_BYTES]) / 2**20
     if SERVER_REQUESTS in meta:
         metrics["rollout/server_requests"] = float(meta[SERVER_REQUESTS])
         metrics["rollout/server_engine_calls"] = float(meta[SERVER_CALLS])
