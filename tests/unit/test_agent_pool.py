@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
 
+from tests.unit.test_streaming_pool import groups  # one group per inner list: prompt [1, 10 + length]
 from verl.agent_loop.base import AgentLoopBase, AgentLoopOutput
 from verl.agent_loop.runner import AgentLoopRunner
 from verl.protocol import DataProto
@@ -107,20 +107,6 @@ def runner_factory(loop_class: type = ToolTurns):
 def agent_pool(loop_class: type = ToolTurns) -> AgentPool:
     ToolTurns.tool_runs = ToolTurns.released = 0
     return AgentPool(runner_factory(loop_class), SamplingParams(max_new_tokens=WIDTH), [STOP], PAD, seed=1)
-
-
-def groups(lengths: list[list[int]], first_uid: int = 0) -> DataProto:
-    """One group per inner list, one row per turn length: prompt [1, 10 + length]."""
-    ids, uids = [], []
-    for g, group in enumerate(lengths):
-        for length in group:
-            ids.append([1, 10 + length])
-            uids.append(f"g{first_uid + g}")
-    input_ids = torch.tensor(ids)
-    return DataProto.from_dict(
-        tensors={"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)},
-        non_tensors={"uid": np.array(uids, dtype=object)},
-    )
 
 
 def response(batch: DataProto, row: int) -> list[int]:
