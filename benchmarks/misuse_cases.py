@@ -417,8 +417,12 @@ def config_value_cases() -> list[Case]:
 
 def all_cases() -> list[Case]:
     from benchmarks.misuse_cases_data import data_cases, model_cases, sft_cases
+    from benchmarks.misuse_cases_hostile import hostile_checkpoint_cases
+    from benchmarks.misuse_cases_outputs import output_cases
     from benchmarks.misuse_cases_reward import reward_cases, signal_cases
     from benchmarks.misuse_cases_runs import checkpoint_cases, export_cases
+    from benchmarks.misuse_cases_sandbox import sandbox_cases
+    from benchmarks.misuse_cases_tools import tool_cases
 
     return [
         *cli_cases(),
@@ -430,4 +434,8 @@ def all_cases() -> list[Case]:
         *reward_cases(),
         *signal_cases(),
         *sft_cases(),
+        *sandbox_cases(),
+        *hostile_checkpoint_cases(),
+        *tool_cases(),
+        *output_cases(),
     ]

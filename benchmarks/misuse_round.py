@@ -58,7 +58,23 @@ DEFAULT_BEFORE = ROOT / "benchmarks" / "results" / "misuse_round_before.json"
 
 OUTCOMES = ("clear error", "handled", "traceback", "unclear error", "silent", "hang", "data loss")
 BAD_OUTCOMES = ("data loss", "silent", "hang", "traceback")
-GROUPS = ("cli", "config-values", "data", "model", "checkpoints", "export", "reward", "signals", "sft")
+GROUPS = (
+    "cli",
+    "config-values",
+    "data",
+    "model",
+    "checkpoints",
+    "export",
+    "reward",
+    "signals",
+    "sft",
+    "sandbox",
+    "hostile-checkpoints",
+    "hung-tools",
+    "parser",
+    "outputs",
+    "chat-rows",
+)
 TRACEBACK = "Traceback (most recent call last)"
 
 RUN_DIR = "ckpt_dir"
