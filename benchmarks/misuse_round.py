@@ -12,6 +12,7 @@ handled         success was expected, and the run succeeded and passed the case'
 traceback       "Traceback (most recent call last)" in the output (a user error shown as a crash)
 unclear error   nonzero exit without a traceback, but the wrong exit code or a message missing a name
 silent          exit 0 where an error was expected, a failed check, or a path that must not exist does
+security        untrusted code (a tool call, a checkpoint) did what it must not: its check says so
 hang            a command ran past the case's time limit (its process group is killed)
 data loss       a protected file (hashed before the graded command) changed or disappeared
 ==============  =========================================================================================
@@ -56,8 +57,10 @@ DEFAULT_JSON = ROOT / "benchmarks" / "results" / "misuse_round.json"
 DEFAULT_MD = ROOT / "docs" / "misuse_round.md"
 DEFAULT_BEFORE = ROOT / "benchmarks" / "results" / "misuse_round_before.json"
 
-OUTCOMES = ("clear error", "handled", "traceback", "unclear error", "silent", "hang", "data loss")
-BAD_OUTCOMES = ("data loss", "silent", "hang", "traceback")
+OUTCOMES = ("clear error", "handled", "traceback", "unclear error", "silent", "hang", "data loss", "security")
+BAD_OUTCOMES = ("data loss", "security", "silent", "hang", "traceback")
+SECURITY = "security: "
+"""a check's answer that starts with this is a security outcome (untrusted code did what it must not)"""
 GROUPS = (
     "cli",
     "config-values",
@@ -490,18 +493,21 @@ def classify(case: Case, ctx: Ctx, violations: dict[str, list[str]], notes: list
         if exp.check:
             why = exp.check(ctx)
             if why:
-                return "silent", why
+                return ("security", why[len(SECURITY) :]) if why.startswith(SECURITY) else ("silent", why)
         return "clear error", f"exit {res.rc} as expected"
     if traced:
         return "traceback", f"exit {res.rc} with a traceback"
     if res.rc != 0:
+        why = exp.check(ctx) if exp.check else None  # e.g. the process was killed by the code it ran
+        if why and why.startswith(SECURITY):
+            return "security", why[len(SECURITY) :]
         return "unclear error", f"exit {res.rc}, success expected"
     if violations["no_create"]:
         return "silent", "made up: " + ", ".join(violations["no_create"])
     if exp.check:
         why = exp.check(ctx)
         if why:
-            return "silent", why
+            return ("security", why[len(SECURITY) :]) if why.startswith(SECURITY) else ("silent", why)
     return "handled", "succeeded" + (" and the check passed" if exp.check else "")
 
 

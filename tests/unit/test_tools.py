@@ -337,7 +337,7 @@ def test_python_kills_the_process_group_even_without_the_audit_hook(monkeypatch)
     monkeypatch.setattr(
         python_sandbox, "_BOOTSTRAP", bootstrap.replace("_posixsubprocess.fork_exec = fork_exec", "")
     )
-    tool = PythonTool({"wall_time_s": 5})
+    tool = PythonTool({"wall_time_s": 5, "isolation": "none"})  # isolated: tests/unit/test_python_sandbox.py
     before = sleep_30_pids()
     code = "import subprocess\nfor i in range(5):\n    subprocess.Popen(['sleep', '30'])\nprint('started')"
     start = time.monotonic()
@@ -352,8 +352,9 @@ def test_python_kills_the_process_group_even_without_the_audit_hook(monkeypatch)
         assert "Network is unreachable" in call_error(tool, code=code)
 
 
-def test_python_cannot_write_outside_its_directory(tmp_path):
-    tool = PythonTool()
+def test_python_audit_hook_refuses_writes_outside_its_directory(tmp_path):
+    # the second layer alone (isolated, the host's files are not even visible: test_python_sandbox.py)
+    tool = PythonTool({"isolation": "none"})
     target = tmp_path / "escaped.txt"
     message = call_error(tool, code=f"open({str(target)!r}, 'w').write('x')")
     assert "writing outside the sandbox directory is disabled" in message
@@ -400,14 +401,14 @@ def test_python_refuses_ctypes_and_raising_its_limits():
     assert "signals to other processes" in call_error(tool, code="import os\nos.kill(1, 0)")
 
 
-def test_python_runs_in_a_fresh_directory_that_is_removed():
-    tool = PythonTool()
+def test_python_unisolated_runs_in_a_fresh_directory_that_is_removed():
+    tool = PythonTool({"isolation": "none"})  # isolated, the directory is a tmpfs: test_python_sandbox.py
     first = call(tool, code="import os\nopen('f.txt', 'w').write('x')\nprint(os.getcwd())").strip()
     second = call(tool, code="import os\nprint(os.getcwd(), os.listdir('.'), os.environ['HOME'])").split()
     assert first != second[0] and second[1] == "[]" and second[2] == second[0]
     assert not os.path.exists(first) and not os.path.exists(second[0])
     # also after a timeout
-    tool = PythonTool({"wall_time_s": 1})
+    tool = PythonTool({"wall_time_s": 1, "isolation": "none"})
     message = call_error(tool, code="import os, time\nprint(os.getcwd(), flush=True)\ntime.sleep(100)")
     assert not os.path.exists(message.splitlines()[1].strip())
 

@@ -1,32 +1,32 @@
-"""A Python tool: runs the model's code in a fresh, limited subprocess and returns what it printed.
+"""A Python tool: runs the model's code in an isolated, limited process and returns what it printed.
 
-Each call runs ``python -I -B -c <bootstrap>`` in a new session (its own process group), in a fresh
-temporary directory that is also its HOME and TMPDIR, with a minimal environment. Before the code runs the
-bootstrap
+Each call runs ``python -I -B -c <bootstrap>`` under bubblewrap with a seccomp filter
+(:mod:`verl.tools.isolation`): its own user, PID, mount and network namespaces as uid 65534 with no
+capabilities, a read-only view of the system's programs and of the trainer's Python installation, a
+``/sandbox`` tmpfs of ``disk_mb`` as its only writable place, and no new processes, device nodes, priority or
+affinity changes, ptrace, pidfds or mounts. The host must allow user namespaces and have ``bwrap``
+(``apt install bubblewrap`` or ``pip install 'verl[sandbox]'``): the tool checks at start-up and refuses with the
+reason when it cannot isolate. ``isolation: none`` in its config runs the code without the OS isolation, with a
+warning (the limits and the audit hook below only: a guard against honest mistakes, not a security boundary).
 
-* moves into a new network namespace (``unshare(CLONE_NEWNET)``; it works as root or where unprivileged user
-  namespaces are allowed, and is skipped quietly elsewhere), so there is no network but a downed loopback;
-* sets resource limits: CPU time, address space, file size, open files, no core files and, for a non-root
-  user, no new processes or threads (root ignores RLIMIT_NPROC);
-* installs an audit hook (:func:`sys.addaudithook`) that refuses sockets other than local socket pairs,
-  connect/bind/name lookups, starting processes (``subprocess``, ``os.system``, ``os.exec*``, ``os.fork``,
-  ``os.posix_spawn``, ``pty``), ctypes, changing resource limits, signals to other processes, gc object
-  walks, symbolic links, and writes, deletes, renames, permission changes and hard links outside the
-  temporary directory.
-  Reading files stays allowed: the interpreter needs it.
+Before the code runs the bootstrap, in either case,
 
-The parent kills the whole process group at the wall-clock limit and again when the call ends, reads the
-output to its end while keeping only its head and tail, and removes the directory.
+* sets resource limits: CPU time, address space, file size, open files, no core files and, unisolated and for a
+  non-root user, no new processes or threads (root ignores RLIMIT_NPROC);
+* unisolated, moves into a new network namespace where the host allows it;
+* installs an audit hook (:func:`sys.addaudithook`) as a second layer: it refuses sockets other than local
+  socket pairs, connect/bind/name lookups, starting processes, ctypes, changing resource limits, signals to
+  other processes, gc object walks, symbolic links, and writes, deletes, renames, permission changes and hard
+  links outside the work directory. Reading files stays allowed: the interpreter needs it.
 
-This is defense in depth on one machine, not a security boundary: audit hooks can be bypassed by native
-code (an extension module, a race between threads), the code runs as the trainer's user (root included) and
-can read what that user can, and disk use is capped per file only (``file_size_mb``; the CPU limit bounds
-how many files it can write). It keeps honest mistakes and runaway code (infinite loops, huge allocations,
-fork loops, print floods, ``rm -rf``) from harming the trainer. For untrusted code at scale use a container
-sandbox (verl uses SandboxFusion).
+The parent kills the call's process group at the wall-clock limit and when the call ends or is cancelled
+(bubblewrap's ``--die-with-parent`` takes the sandbox's processes along), and reads the output to its end while
+keeping only its head and tail. What the isolation stops, with the test that shows each, and what it does not:
+docs/agent_loop.md, "Security".
 
 Config keys (the tool's ``config`` dict): ``cpu_time_s`` (5), ``wall_time_s`` (10), ``memory_mb`` (512),
-``max_output_chars`` (1024), ``file_size_mb`` (4), ``max_concurrency`` (the number of CPUs: calls beyond it
+``max_output_chars`` (1024), ``file_size_mb`` (4), ``disk_mb`` (64: the work directory's size, isolated only),
+``isolation`` (``bwrap``, or ``none`` to opt out), ``max_concurrency`` (the number of CPUs: calls beyond it
 wait their turn, so that CPU-starved calls do not all hit the wall-clock limit); ``type`` is ignored.
 """
 
@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import json
+import logging
 import os
 import shutil
 import signal
@@ -45,7 +46,10 @@ import time
 import weakref
 from typing import Any
 
+from verl.tools import isolation
 from verl.tools.base import BaseTool, OpenAIFunctionToolSchema, ToolError, ToolResponse, string_argument
+
+logger = logging.getLogger(__name__)
 
 PYTHON_SCHEMA: dict[str, Any] = {
     "type": "function",
@@ -69,8 +73,12 @@ DEFAULTS: dict[str, float] = {
     "memory_mb": 512,
     "max_output_chars": 1024,
     "file_size_mb": 4,
+    "disk_mb": 64,
 }
-"""the tool's limits and their defaults (see the module docstring for ``max_concurrency`` and ``type``)"""
+"""the tool's limits and their defaults (see the module docstring for ``isolation``, ``max_concurrency`` and
+``type``)"""
+
+ISOLATION_CHOICES = ("bwrap", "none")
 
 _READ_CHUNK = 65536
 _KILL_GRACE_S = 5.0
@@ -94,12 +102,13 @@ def _sandbox():
     for stream in (sys.stdout, sys.stderr):
         stream.reconfigure(encoding="utf-8", errors="backslashreplace", line_buffering=True)
 
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    clone_newnet, clone_newuser = 0x40000000, 0x10000000
-    if libc.unshare(clone_newnet) != 0:
-        libc.unshare(clone_newnet | clone_newuser)
-    del libc
+    if not cfg["isolated"]:  # under bubblewrap the network namespace is there already
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        clone_newnet, clone_newuser = 0x40000000, 0x10000000
+        if libc.unshare(clone_newnet) != 0:
+            libc.unshare(clone_newnet | clone_newuser)
+        del libc
 
     def limit(which, soft, hard=None):
         hard = soft if hard is None else hard
@@ -116,7 +125,7 @@ def _sandbox():
     limit(resource.RLIMIT_FSIZE, cfg["fsize"])
     limit(resource.RLIMIT_NOFILE, 64)
     limit(resource.RLIMIT_CORE, 0)
-    if os.geteuid() != 0:
+    if os.geteuid() != 0 and not cfg["isolated"]:  # isolated, the seccomp filter refuses new processes
         limit(resource.RLIMIT_NPROC, 0)
 
     # subprocess starts children through _posixsubprocess.fork_exec, which raises no audit event itself.
@@ -290,11 +299,15 @@ class PythonTool(BaseTool):
         self, config: dict[str, Any] | None = None, tool_schema: OpenAIFunctionToolSchema | None = None
     ) -> None:
         config = dict(config or {})
-        unknown = set(config) - set(DEFAULTS) - {"type", "max_concurrency"}
+        unknown = set(config) - set(DEFAULTS) - {"type", "max_concurrency", "isolation"}
         if unknown:
             raise ValueError(
-                f"unknown config keys {sorted(unknown)}; known: {', '.join([*DEFAULTS, 'max_concurrency'])}"
+                f"unknown config keys {sorted(unknown)}; "
+                f"known: {', '.join([*DEFAULTS, 'isolation', 'max_concurrency'])}"
             )
+        mode = config.get("isolation", "bwrap")
+        if mode not in ISOLATION_CHOICES:
+            raise ValueError(f"config isolation must be one of {', '.join(ISOLATION_CHOICES)}, got {mode!r}")
         for key in [*DEFAULTS, "max_concurrency"]:
             value = config.get(key)
             if value is not None and (
@@ -307,7 +320,9 @@ class PythonTool(BaseTool):
         self.memory_mb = int(config.get("memory_mb", DEFAULTS["memory_mb"]))
         self.max_output_chars = int(config.get("max_output_chars", DEFAULTS["max_output_chars"]))
         self.file_size_mb = float(config.get("file_size_mb", DEFAULTS["file_size_mb"]))
+        self.disk_mb = float(config.get("disk_mb", DEFAULTS["disk_mb"]))
         self.max_concurrency = int(config.get("max_concurrency") or os.cpu_count() or 4)
+        self.sandbox = _isolation(mode)
         # a Semaphore belongs to one event loop; tests and callers may use several in turn
         self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
             weakref.WeakKeyDictionary()
@@ -335,9 +350,15 @@ class PythonTool(BaseTool):
     async def _run(self, code: str) -> tuple[_Output, int, float, bool]:
         """Run ``code`` once: its output, exit code (negative: killed by that signal), wall seconds and
         whether the wall-clock limit killed it."""
-        root = os.path.realpath(tempfile.mkdtemp(prefix="verl_python_"))
+        # isolated: a tmpfs inside the sandbox; unisolated: a fresh directory of the host's, removed after
+        root = (
+            isolation.SANDBOX_DIR
+            if self.sandbox
+            else os.path.realpath(tempfile.mkdtemp(prefix="verl_python_"))
+        )
         limits = {
             "root": root,
+            "isolated": self.sandbox is not None,
             "cpu": self.cpu_time_s,
             "memory": self.memory_mb * 2**20,
             "fsize": int(self.file_size_mb * 2**20),
@@ -358,21 +379,25 @@ class PythonTool(BaseTool):
         start = time.monotonic()
         proc = reader = waiter = None
         timed_out = False
+        argv = [sys.executable, "-I", "-B", "-c", _BOOTSTRAP, json.dumps(limits)]
+        seccomp_fd = None
         try:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-I",
-                "-B",
-                "-c",
-                _BOOTSTRAP,
-                json.dumps(limits),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                cwd=root,
-                env=env,
-                start_new_session=True,
-            )
+            if self.sandbox is not None:
+                argv, seccomp_fd = self.sandbox.command(argv, env, int(self.disk_mb * 2**20))
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.STDOUT,
+                    cwd=None if self.sandbox else root,
+                    env=env,
+                    start_new_session=True,
+                    pass_fds=() if seccomp_fd is None else (seccomp_fd,),
+                )
+            finally:
+                if seccomp_fd is not None:
+                    os.close(seccomp_fd)
             reader = asyncio.ensure_future(output.read_from(proc.stdout))
             try:
                 await asyncio.wait_for(_feed_and_wait(proc, code, reader), timeout=self.wall_time_s)
@@ -388,8 +413,11 @@ class PythonTool(BaseTool):
             for task in (reader, waiter):
                 if task is not None and not task.done():
                     task.cancel()
-            _rmtree(root)
+            if self.sandbox is None:
+                _rmtree(root)
         exit_code = proc.returncode if proc.returncode is not None else -signal.SIGKILL
+        if self.sandbox is not None and 128 < exit_code < 128 + signal.NSIG:
+            exit_code = 128 - exit_code  # bwrap reports a child killed by signal N as exit code 128 + N
         return output, exit_code, time.monotonic() - start, timed_out
 
     def _describe_exit(self, exit_code: int) -> str:
@@ -417,6 +445,25 @@ class PythonTool(BaseTool):
         if output.total_chars > len(text):
             text += f"\n...[truncated {output.total_chars - len(text)} chars]"
         return text
+
+
+def _isolation(mode: str) -> isolation.Bubblewrap | None:
+    """The host's isolation (checked once per process), or None for ``isolation: none``; a host that cannot
+    isolate is refused at start-up with the reason and the fix."""
+    if mode == "none":
+        logger.warning(
+            "python tool: isolation: none runs the model's code WITHOUT OS isolation, as %s: only resource "
+            "limits and an audit hook stand between it and this machine (not a security boundary)",
+            "root" if os.geteuid() == 0 else "this user",
+        )
+        return None
+    try:
+        return isolation.require()
+    except isolation.IsolationUnavailable as error:
+        raise ValueError(
+            f"the python tool runs the model's code only in an OS sandbox, and this host has none: {error}. "
+            "To run it without isolation anyway (trusted code only), set isolation: none in the tool's config"
+        ) from None
 
 
 class _Output:
