@@ -279,3 +279,18 @@ def test_opting_out_warns_and_still_limits(caplog):
     assert "starting processes is disabled" in run(tool, "import os\nos.system('true')")
     with pytest.raises(ValueError, match="isolation must be one of bwrap, none"):
         PythonTool({"isolation": "docker"})
+
+
+def test_doctor_fails_a_python_tool_config_on_a_host_without_isolation(monkeypatch, capsys, tmp_path):
+    from verl.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("VERL_BWRAP", str(tmp_path / "no-bwrap"))
+    isolation.require.cache_clear()
+    try:
+        code = main(["doctor", "actor_rollout_ref.rollout.multi_turn.tool_config_path=python"])
+    finally:
+        isolation.require.cache_clear()
+    out = capsys.readouterr()
+    assert code == 1
+    assert f"python tool: no OS sandbox on this host: VERL_BWRAP={tmp_path / 'no-bwrap'}" in out.out + out.err

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from verl.doctor.batches import BatchReport, explain_batches, validation_rows
 from verl.doctor.environment import (
     ABSENT,
@@ -245,8 +247,40 @@ def diagnose(
     _check_device(report, config, machine)
     _estimate(report, config, resolved, prepare_plan, plan, sizes.strategy, owns_weights)
     _check_disks(report, config, resolved, prepare_plan)
+    _check_sandbox(report, config)
     _machine_warnings(report, config, machine)
     return report
+
+
+def _check_sandbox(report: Report, config: Any) -> None:
+    """A python tool in the tool config needs the OS sandbox (verl.tools.isolation): a host that cannot
+    isolate fails here as the run would at start-up, with the reason and the fix."""
+    path = OmegaConf.select(config, "actor_rollout_ref.rollout.multi_turn.tool_config_path")
+    if not path:
+        return
+    import yaml
+
+    from verl.tools.config import tool_config_file
+
+    try:
+        entries = yaml.safe_load(tool_config_file(path).read_text()).get("tools") or []
+    except Exception:  # an unreadable tool config is the run's to report, with its own message
+        return
+    isolated = [
+        e
+        for e in entries
+        if isinstance(e, dict)
+        and str(e.get("class_name", "")).replace(":", ".").endswith("python_sandbox.PythonTool")
+        and (e.get("config") or {}).get("isolation", "bwrap") != "none"
+    ]
+    if not isolated:
+        return
+    from verl.tools import isolation
+
+    try:
+        isolation.require()
+    except isolation.IsolationUnavailable as error:
+        report.failures.append(f"python tool: no OS sandbox on this host: {error}")
 
 
 def _check_run_directory(report: Report, config: Any) -> None:
