@@ -12,6 +12,7 @@ import time
 
 import verl
 from verl.command_line import config_source, debug_requested, recipe_lines
+from verl.utils import stopping
 
 
 def _quiet_libraries() -> None:
@@ -112,8 +113,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     trainer = RLTrainer(prepare_inputs(config))
     try:
         summary = trainer.fit()
-    finally:
-        trainer.shutdown()
+    except BaseException as error:
+        # Ctrl-C / SIGTERM (not an Exception): stop without waiting for a step stuck in user code
+        trainer.shutdown(wait=isinstance(error, Exception))
+        raise
+    trainer.shutdown()
     before, after = _headline(summary["val_before"]), _headline(summary["val_after"])
     if os.path.isfile(summary["metrics_path"]):  # only with trainer.logger jsonl
         print(f"\nmetrics: {summary['metrics_path']}")
@@ -157,17 +161,52 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    """Export a checkpoint's model. An output the OS refuses (a read-only or immutable directory, ``/sys``, a
+    path through a file, a full disk) is one line naming it and the reason (exit 3, like the other errors of
+    the path given; 5 for a full or failing file system, :class:`~verl.errors.StorageError`). A failed or
+    interrupted export leaves nothing at ``out_dir`` that was not there before: the directories it created
+    are removed again (an existing ``out_dir`` is export_hf's to guard: it stages the model in a sibling)."""
+    import shutil
+    from pathlib import Path
+
+    from verl.errors import InputError, UserError
+    from verl.report.output import (
+        STORAGE_ERRNOS,
+        concerns,
+        missing_dirs,
+        os_error_of,
+        reason,
+        remove_created,
+        unwritable,
+    )
     from verl.trainer.checkpointing import export_hf
 
     adapter = args.format == "adapter"
-    out = export_hf(
-        args.checkpoint,
-        args.out_dir,
-        part=args.part,
-        overwrite=args.overwrite,
-        adapter=adapter,
-        base_model=args.base_model,
-    )
+    out_dir = Path(args.out_dir).expanduser()
+    created = missing_dirs(out_dir)  # deepest first: out_dir itself when it is new, then its new parents
+    try:
+        out = export_hf(
+            args.checkpoint,
+            args.out_dir,
+            part=args.part,
+            overwrite=args.overwrite,
+            adapter=adapter,
+            base_model=args.base_model,
+        )
+    except UserError:  # already one line (a file in the way, a damaged checkpoint, ...)
+        raise
+    except BaseException as error:  # a failure, Ctrl-C or SIGTERM: no half-written model is left behind
+        if created and created[0] == out_dir:  # new, so all in it is this export's
+            shutil.rmtree(out_dir, ignore_errors=True)
+        remove_created(created)
+        # a library's write error may carry the OS's only as text (safetensors: "(os error 28)")
+        os_error = os_error_of(error) if isinstance(error, Exception) else None
+        if os_error is None:
+            raise
+        if concerns(os_error, out_dir) or os_error.errno in STORAGE_ERRNOS:
+            raise unwritable(out_dir, os_error, InputError, "give a writable directory") from None
+        name = os.fsdecode(os_error.filename) if os_error.filename is not None else args.checkpoint
+        raise InputError(f"cannot read {name}: {reason(os_error)}; nothing was exported") from None
     print(f"{'PEFT adapter' if adapter else 'HuggingFace model'} written to {out}")
     return 0
 
@@ -371,6 +410,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
     """Raise :class:`Terminated`; ``received`` stays set, so should a library catch and drop the exception (a
     bare ``except:``, a finalizer that was running), the next step raises it again (``Tracking.log``)."""
     _on_sigterm.received = True  # type: ignore[attr-defined]
+    stopping.arm(signum)
     raise Terminated()
 
 
@@ -381,6 +421,7 @@ def _on_sigint(signum: int, frame: object) -> None:
         print("\ninterrupted again: exiting now", file=sys.stderr)
         os._exit(130)
     _on_sigint.pressed = True  # type: ignore[attr-defined]
+    stopping.arm(signum)
     raise KeyboardInterrupt
 
 
@@ -474,5 +515,15 @@ def main(argv: list[str] | None = None) -> int:
                 signal.signal(sig, handler)
 
 
+def entry() -> int:
+    """The ``verl`` command: :func:`main` in a process that is the run, so Ctrl-C or SIGTERM ends it within
+    :data:`verl.utils.stopping.GRACE_S` whatever a tool, a reward function or an engine is doing."""
+    stopping.enable()
+    code = main()
+    if stopping.armed():  # interrupted and unwound: do not wait at exit for a thread stuck in user code
+        stopping.leave(code)
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

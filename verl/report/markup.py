@@ -56,8 +56,20 @@ def _section(section_id: str, title: str, body: str) -> str:
 
 
 def _non_finite_note(series: Iterable[Series]) -> str:
+    """The caption of a figure that left values out: how many were nan / inf (gaps), and how many were not
+    numbers at all (``true``, text, corrupt magnitudes; see the header's data problems)."""
+    series = list(series)
+    notes = []
     n = sum(s.non_finite for s in series)
-    return f"{n} non-finite value{'s' if n != 1 else ''} (nan/inf) not drawn" if n else ""
+    if n:
+        notes.append(f"{n} non-finite value{'s' if n != 1 else ''} (nan/inf) not drawn")
+    skipped = sum(s.skipped for s in series)
+    if skipped:
+        notes.append(
+            f"{skipped} value{'s' if skipped != 1 else ''} that {'is' if skipped == 1 else 'are'} not a "
+            "measurement (true/false, text, beyond float32's range) not drawn"
+        )
+    return "; ".join(notes)
 
 
 def _duration(seconds: float) -> str:

@@ -28,8 +28,9 @@ from verl.report.curves import (
     _validation_section,
     spec_lines,
 )
-from verl.report.data import ReportError, RunData, Series, load_run
+from verl.report.data import METRICS_FILE, ReportError, RunData, Series, load_run
 from verl.report.markup import Figures, _duration, _local_time, _missing, _section, _step_list, esc, fmt
+from verl.report.output import missing_dirs, remove_created, unwritable
 from verl.report.samples import MAX_CELL_CHARS, SAMPLE_BUDGET_CHARS, SAMPLE_FIELDS, _samples_section
 from verl.report.timing import TIMING_PREFIX, TIMING_TOTAL, TimingBreakdown, _timing_section, timing_breakdown
 from verl.utils.checkpoint import atomic_write_bytes
@@ -58,6 +59,7 @@ __all__ = [
     "render_report",
     "spec_lines",
     "timing_breakdown",
+    "write_page",
 ]
 
 GENERATOR = "verl report"
@@ -128,6 +130,19 @@ def _facts(data: RunData, built: float) -> str:
     return f'<dl class="facts">{rows}</dl>'
 
 
+def _data_problems(data: RunData) -> str:
+    """What of ``metrics.jsonl`` the figures leave out and why (booleans, text, a step such as ``1e18``),
+    so a curve that looks thin is never a mystery; empty when everything was drawn."""
+    problems = data.metrics.problems()
+    if not problems:
+        return ""
+    items = "".join(f"<li>{esc(p)}</li>" for p in problems)
+    return (
+        f'<div class="problems" id="data-problems"><strong>Data problems in {METRICS_FILE}</strong> '
+        f"(left out of every figure):<ul>{items}</ul></div>"
+    )
+
+
 NAV = (
     ("training", "Training"),
     ("validation", "Validation"),
@@ -147,7 +162,8 @@ def _header(data: RunData, output: Path, built: float) -> str:
     return (
         f"<header>\n<h1>{esc(data.experiment)}</h1>\n"
         f'<div class="path">{esc(data.run_dir.resolve())}</div>\n'
-        f"{_headline(data.metrics.series)}\n{_facts(data, built)}\n<nav>{links}</nav>\n</header>"
+        f"{_headline(data.metrics.series)}\n{_facts(data, built)}\n{_data_problems(data)}\n"
+        f"<nav>{links}</nav>\n</header>"
     )
 
 
@@ -240,14 +256,39 @@ def is_report(path: Path) -> bool:
         return False
 
 
+def _unwritable(output: Path, error: OSError) -> Exception:
+    return unwritable(output, error, ReportError, "give a writable path with -o/--output")
+
+
 def _check_output(output: Path) -> None:
-    if output.is_dir():
+    """Refuse a directory, or a file that is not an earlier report; before the drawing, so that a refused
+    path costs no time."""
+    try:
+        is_dir, exists = output.is_dir(), output.exists()
+    except OSError as error:  # a parent that cannot be searched
+        raise _unwritable(output, error) from None
+    if is_dir:
         raise ReportError(f"--output {output} is a directory; give the path of the HTML file to write")
-    if output.exists() and not is_report(output):
+    if exists and not is_report(output):
         raise ReportError(
             f"{output} exists and is not a report written by `verl report`; refusing to overwrite it "
             "(remove it, or give another path with -o/--output)"
         )
+
+
+def write_page(output: Path, page: bytes) -> None:
+    """Write the page at ``output``, creating its missing parent directories. Atomic: a browser reloading
+    the page, or a second `verl report`, never sees half a file. When the OS refuses (a read-only or
+    immutable directory, ``/sys``, a path through a file, a full disk) it is a one-line :class:`ReportError`
+    (a :class:`~verl.errors.StorageError` for a full or failing file system) naming ``output`` and the
+    reason, and nothing is left behind: no temporary file, no directory the write made."""
+    created = missing_dirs(output.parent)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(output, page, readable=True)
+    except OSError as error:
+        remove_created(created)
+        raise _unwritable(output, error) from None
 
 
 def build_report(run_dir: str | os.PathLike[str], output: str | os.PathLike[str] | None = None) -> Path:
@@ -256,6 +297,5 @@ def build_report(run_dir: str | os.PathLike[str], output: str | os.PathLike[str]
     data = load_run(run_dir, max_rows=MAX_ROWS_PER_STEP)
     out = Path(output).expanduser() if output is not None else data.run_dir / DEFAULT_NAME
     _check_output(out)
-    # Atomic: a browser reloading the page, or a second `verl report`, never sees half a file.
-    atomic_write_bytes(out, render_report(data, out).encode("utf-8"), readable=True)
+    write_page(out, render_report(data, out).encode("utf-8"))
     return out

@@ -375,10 +375,12 @@ class Controller(DagTracing):
         prompts and an iterator of further prompts; returns a ``verl.trainer.step.StepResult``."""
         raise NotImplementedError(f"{type(self).__name__} does not define _build_dag()")
 
-    def shutdown(self) -> None:
-        """Wait for running steps, then stop every role's workers."""
-        self.wait_all()
-        self._pool.shutdown(wait=True)
+    def shutdown(self, wait: bool = True) -> None:
+        """Wait for running steps (unless ``wait`` is false: an interrupted run does not wait for a step stuck
+        in a tool, a reward function or an engine call), then stop every role's workers."""
+        if wait:
+            self.wait_all()
+        self._pool.shutdown(wait=wait, cancel_futures=not wait)
         for group in self.groups.values():
             group.shutdown()
 

@@ -66,10 +66,18 @@ class DagTracing:
         if self.recorder is not None:
             self._dag = self.recorder.begin_dag(label)
         self._dag_nodes = []
+        interrupted = False
         try:
             yield
+        except Exception:
+            raise
+        except (
+            BaseException
+        ):  # Ctrl-C / SIGTERM: do not wait for steps stuck in user code (verl.utils.stopping)
+            interrupted = True
+            raise
         finally:
-            for node in list(self._dag_nodes):  # not the background steps: they may run on past the block
+            for node in [] if interrupted else list(self._dag_nodes):  # not the background steps: they run on
                 node.finished.wait()
             self._last_dag_nodes, self._dag_nodes = self._dag_nodes, []
             if self.recorder is not None:

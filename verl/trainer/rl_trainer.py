@@ -437,9 +437,10 @@ class RLTrainer:
         path = self.config.trainer.trace_path
         return str(Path(path or Path(self.config.trainer.default_local_dir) / "trace.html").expanduser())
 
-    def shutdown(self) -> None:
-        """Wait for running steps, then stop every role's workers."""
-        self.controller.shutdown()
+    def shutdown(self, wait: bool = True) -> None:
+        """Wait for running steps (unless ``wait`` is false: after Ctrl-C or SIGTERM), then stop every role's
+        workers."""
+        self.controller.shutdown(wait=wait)
 
     # ------------------------------------------------------------------ validation
 
