@@ -114,6 +114,31 @@ def _retention_ok(ctx: Ctx) -> str | None:
     return None if names == ["global_step_3", "global_step_4"] else f"checkpoints left: {names}"
 
 
+def _all(*checks):
+    """Every check passes (the first complaint otherwise)."""
+
+    def check(ctx: Ctx) -> str | None:
+        for each in checks:
+            why = each(ctx)
+            if why:
+                return why
+        return None
+
+    return check
+
+
+def _kept_aside(path: str, content: bytes):
+    """The damaged file is still there, set aside (``path`` relative to the run directory)."""
+
+    def check(ctx: Ctx) -> str | None:
+        kept = ctx.run_dir / path
+        if not kept.is_file() or kept.read_bytes() != content:
+            return f"{path} was not kept as it was"
+        return None
+
+    return check
+
+
 def checkpoint_cases() -> list[Case]:
     prior2 = [run(SAVE1)]
     refused = [RD]
@@ -346,11 +371,14 @@ def checkpoint_cases() -> list[Case]:
         ),
         _ckpt(
             "corrupt-weights",
-            "global_step_2/actor/model.safetensors is garbage",
+            "global_step_2/actor/model.safetensors is garbage: set aside whole (global_step_2.damaged), resumed "
+            "from global_step_1",
             run("trainer.total_training_steps=3", SAVE1),
-            error((3, 4), ["global_step_2"]),
+            ok(
+                _all(latest_is(3), _kept_aside("global_step_2.damaged/actor/model.safetensors", b"\x00" * 64))
+            ),
             setup=_break("global_step_2/actor/model.safetensors", b"\x00" * 64),
-            protect=[RD],
+            protect=[f"{RD}/global_step_1"],
         ),
         _ckpt(
             "stale-tmp-dir",

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.utils.checkpoint import register_data_class
+
 __all__ = ["DataProto", "DataProtoItem", "pad_dataproto_to_divisor", "unpad_dataproto"]
 
 # Anything that selects rows: a slice, a sequence of ints, or a 1-D int / bool array or tensor.
@@ -443,12 +445,19 @@ class DataProto:
         return iterate()
 
     def save_to_disk(self, path: str) -> None:
-        torch.save(self, path)
+        """Write the batch as data (tensors, numpy arrays as tagged plain values), which
+        :meth:`load_from_disk` reads without unpickling code (`verl.utils.checkpoint.to_data`)."""
+        from verl.utils.checkpoint import to_data
+
+        torch.save(to_data(self), path)
 
     @staticmethod
     def load_from_disk(path: str) -> DataProto:
-        """Load a DataProto saved by :meth:`save_to_disk` (full unpickling: only load files you trust)."""
-        data = torch.load(path, weights_only=False)
+        """Load a DataProto saved by :meth:`save_to_disk` (or by its older versions, which pickled it whole)
+        as data only: a file whose pickle would run code is refused (an InputError), nothing in it runs."""
+        from verl.utils.checkpoint import load_data
+
+        data = load_data(path)
         if not isinstance(data, DataProto):
             raise TypeError(f"{path} holds a {type(data).__name__}, not a DataProto")
         return data
@@ -474,3 +483,7 @@ def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:
     if not 0 <= pad_size <= len(data):
         raise ValueError(f"pad_size must be in [0, {len(data)}], got {pad_size}")
     return data[: len(data) - pad_size] if pad_size else data
+
+
+# checkpoints hold DataProtos (batches in flight of the async modes) as data, not as pickles
+register_data_class(DataProto, ("batch", "non_tensor_batch", "meta_info"))

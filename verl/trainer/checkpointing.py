@@ -25,19 +25,21 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from verl.errors import InputError, StorageError, describe_error
+from verl.errors import InputError, StorageError, UserError, describe_error
 from verl.single_controller.base import WorkerGroup
 from verl.single_controller.errors import WorkerError
 from verl.utils.checkpoint import (
-    atomic_torch_save,
     atomic_write_bytes,
+    check_sharded_files,
     checkpoint_damage,
     finalize_checkpoint,
     latest_checkpoint,
     latest_checkpoint_or_none,
     load_trainer_state,
     make_readable,
+    misnamed,
     prune_checkpoints,
+    save_data,
     tmp_step_dir,
     write_checkpoint_info,
 )
@@ -86,7 +88,9 @@ class Checkpointer:
                 subdir = TRAINED_ROLES[role]
                 group.save_checkpoint(str(tmp / subdir), background=self.background)
                 parts += [tmp / subdir / f"done_rank{r}" for r in range(group.world_size)]
-            atomic_torch_save(driver_state, tmp / "trainer_state.pt")
+            save_data(
+                driver_state, tmp / "trainer_state.pt"
+            )  # data only: a resume reads it without unpickling code
             # Private (0600) on purpose: the resolved config holds every override as given, credentials
             # included (an LLM judge's API key in reward_kwargs, a tracker's settings). `verl export` writes
             # the files meant to be handed on, readable.
@@ -182,6 +186,9 @@ class Checkpointer:
         if damaged is not None:  # changed since the run was planned
             raise InputError(f"checkpoint {path} is damaged, {damaged}; nothing was loaded")
         state = load_trainer_state(path)
+        wrong_step = misnamed(path, state["global_step"])
+        if wrong_step is not None:
+            raise InputError(wrong_step)
         for role, group in self.groups.items():
             subdir = TRAINED_ROLES[role]
             if not (path / subdir).is_dir():
@@ -189,6 +196,8 @@ class Checkpointer:
             try:
                 group.load_checkpoint(str(path / subdir))
             except WorkerError as error:
+                if isinstance(error.__cause__, UserError):  # said by the worker, naming the file: as it is
+                    raise error.__cause__ from None
                 raise InputError(
                     f"checkpoint {path}: its {subdir}/ part cannot be loaded ({error.cause}); are its files "
                     "whole? Resume from another one with trainer.resume_mode=<a global_step_N directory>"
@@ -265,10 +274,13 @@ def export_hf(
     A non-empty ``out_dir`` is refused unless ``overwrite``; then only the files the export writes are
     replaced, and any other file there stays (the model is written to a temporary sibling first, so an
     interrupted export leaves ``out_dir`` as it was).
+
+    A checkpoint may come from anyone, so the export runs none of its code: weights are safetensors, the
+    sharded layout's pickles are checked first (`verl.utils.checkpoint.check_sharded_files`), and no model
+    or tokenizer code is trusted (``trust_remote_code`` is off, whatever the checkpoint's config.yaml says).
     """
     from transformers import AutoTokenizer
 
-    from verl.errors import UserError
     from verl.models.lora import ADAPTER_CONFIG, peft_available, peft_missing_message
     from verl.workers.engine.sharded_checkpoint import SHARDED_DIR, has_sharded_state
 
@@ -277,6 +289,7 @@ def export_hf(
     if damaged is not None:
         raise InputError(f"checkpoint {path} is damaged, {damaged}; nothing was exported")
     source = path / part
+    check_sharded_files(source)  # before torch's DCP reader unpickles them
     sharded = has_sharded_state(source)
     weights_file = source / (SHARDED_DIR if sharded else "model.safetensors")
     if not sharded and not weights_file.is_file():
@@ -308,7 +321,9 @@ def export_hf(
     try:
         model.save_pretrained(staging)
         if not adapter and (source / "huggingface" / "tokenizer_config.json").is_file():
-            AutoTokenizer.from_pretrained(source / "huggingface").save_pretrained(staging)
+            AutoTokenizer.from_pretrained(source / "huggingface", trust_remote_code=False).save_pretrained(
+                staging
+            )
         out.mkdir(exist_ok=True)
         for item in staging.iterdir():
             # readable like any file the user writes (save_pretrained's weights file comes out 0600)
@@ -357,7 +372,7 @@ def _full_export(source: Path, part: str) -> Any:
 
     from verl.workers.engine.sharded_checkpoint import has_sharded_state, load_sharded
 
-    config = AutoConfig.from_pretrained(source / "huggingface")
+    config = AutoConfig.from_pretrained(source / "huggingface", trust_remote_code=False)
     model_cls = AutoModelForCausalLM if part == "actor" else AutoModelForTokenClassification
     model = model_cls.from_config(config)
     if has_sharded_state(source):  # every rank's shards, assembled in this process
@@ -383,7 +398,7 @@ def _lora_export(checkpoint: Path, source: Path, adapter: bool, base_model: str 
         run_model = OmegaConf.select(OmegaConf.load(checkpoint / "config.yaml"), "actor_rollout_ref.model")
     key = "--base-model" if base_model is not None else "actor_rollout_ref.model.path"
     base_path = base_model if base_model is not None else (run_model.path if run_model is not None else None)
-    hf_config = AutoConfig.from_pretrained(source / "huggingface")
+    hf_config = AutoConfig.from_pretrained(source / "huggingface", trust_remote_code=False)
     weights = read_weights(source)
     if adapter:
         return adapter_export(source, hf_config, weights, None if base_path is None else str(base_path))
@@ -398,7 +413,8 @@ def _lora_export(checkpoint: Path, source: Path, adapter: bool, base_model: str 
         return load_hf_model(
             base_path,
             torch_dtype=run_model.torch_dtype if run_model is not None else "float32",
-            trust_remote_code=bool(run_model.trust_remote_code) if run_model is not None else False,
+            # Never on the checkpoint's word: its config.yaml could name a base whose code it planted.
+            trust_remote_code=False,
             key=key,
             config=hf_config,
         )

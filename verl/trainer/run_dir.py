@@ -44,6 +44,8 @@ from verl.utils.checkpoint import (
     latest_checkpoint,
     latest_checkpoint_or_none,
     load_trainer_state,
+    misnamed,
+    read_checkpoint_info,
     read_run_id,
     step_dir,
 )
@@ -191,6 +193,7 @@ def _plan_directory(root: Path, resume_mode: str, on_existing_run: str) -> RunPl
                 )
             earlier = []  # the directory's own history, which the run continues
     if plan.resume_from is not None:
+        check_checkpoint_identity(plan.resume_from, root)
         # The run it continues keeps its id; a checkpoint from elsewhere starts a new run from it.
         same_dir = plan.resume_from.resolve().parent == root.resolve()
         plan.run_id = (read_run_id(plan.resume_from) if same_dir else None) or plan.run_id
@@ -211,6 +214,36 @@ def _plan_directory(root: Path, resume_mode: str, on_existing_run: str) -> RunPl
         "trainer.on_existing_run=move_aside (moves those files to a sibling directory, deletes nothing), "
         "or use another trainer.default_local_dir / trainer.experiment_name"
     )
+
+
+def check_checkpoint_identity(checkpoint: Path, root: Path) -> None:
+    """Refuse to resume a checkpoint that is not what its place says: a ``global_step_<N>`` directory
+    recording another step (directories renamed into each other: the run would train steps again and then
+    meet its own later checkpoint), or one in the run directory written by another run than the one
+    ``run.json`` names (copied in: its metrics and history are not this directory's). Reads only JSON."""
+    info = read_checkpoint_info(checkpoint)
+    wrong_step = misnamed(checkpoint, info.get("step"))
+    if wrong_step is not None:
+        raise InputError(wrong_step)
+    if checkpoint.resolve().parent != root.resolve():
+        return  # resumed from elsewhere: it starts a new run here
+    ours, theirs = _run_id_of(root), info.get("run_id")
+    if ours and theirs and ours != theirs:
+        raise RunDirError(
+            f"checkpoint {checkpoint} was written by run {theirs}, not by run {ours} of "
+            f"trainer.default_local_dir={root} ({RUN_FILE}): copied in from another run? Move it out, or resume "
+            "it into a new directory (trainer.resume_mode=<its path> with another trainer.default_local_dir)"
+        )
+
+
+def _run_id_of(root: Path) -> str | None:
+    """The id of the run that owns ``root``, from its ``run.json`` (None: none, or unreadable)."""
+    try:
+        info = json.loads((root / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    run_id = info.get("run_id") if isinstance(info, dict) else None
+    return run_id if isinstance(run_id, str) else None
 
 
 def _newest_whole(root: Path, newest: int) -> tuple[Path, dict[Path, str]]:

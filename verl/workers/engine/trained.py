@@ -22,7 +22,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from verl.errors import InputError
 from verl.models.lora import adapter_config, adapter_weight_names, check_checkpoint_adapters
-from verl.utils.checkpoint import atomic_torch_save, rng_state, set_rng_state
+from verl.utils.checkpoint import check_sharded_files, load_data, rng_state, save_data, set_rng_state
 from verl.workers.engine.distributed import unwrap, wrap_ddp
 from verl.workers.engine.fsdp import Offload, shard_with_optimizer
 from verl.workers.engine.sharded_checkpoint import (
@@ -207,7 +207,8 @@ class TrainedModel:
         checkpoint is an InputError."""
         path = Path(path)
         check_checkpoint_adapters(path, self.hf_model)
-        optim = torch.load(path / "optim.pt", weights_only=False) if (path / "optim.pt").is_file() else {}
+        check_sharded_files(path)  # before torch's DCP reader unpickles them
+        optim = _read_optim(path)
         held = _held_contents(path, optim)
         missing = [part for part in contents if part in FULL_CONTENTS and part not in held]
         if missing:
@@ -243,10 +244,10 @@ class TrainedModel:
             self.lr_scheduler.load_state_dict(optim["lr_scheduler"])
             rng_file = path / f"rng_rank{rank}.pt"
             if rng_file.exists():
-                rng = torch.load(rng_file, weights_only=False)
+                rng = load_data(rng_file)
                 set_rng_state(rng["rng"])
             else:  # more ranks than the run that saved: this rank keeps its own seed (trainer.seed + rank)
-                rng = torch.load(path / "rng_rank0.pt", weights_only=False)
+                rng = load_data(path / "rng_rank0.pt")
             self.generator.set_state(rng["generator"])  # the shuffle generator is the same on every rank
 
     def _weights_file(self, part: Path) -> dict[str, torch.Tensor]:
@@ -269,8 +270,19 @@ class TrainedModel:
 
 def checkpoint_contents(part: Path) -> list[str]:
     """Which of model / optimizer / extra a checkpoint part holds, in either layout."""
-    optim = torch.load(part / "optim.pt", weights_only=False) if (part / "optim.pt").is_file() else {}
-    return _held_contents(part, optim)
+    check_sharded_files(part)
+    return _held_contents(part, _read_optim(part))
+
+
+def _read_optim(part: Path) -> dict[str, Any]:
+    """A part's ``optim.pt`` (``{}`` when it has none), read as data: a file that would run code is refused
+    (`verl.utils.checkpoint.load_data`)."""
+    if not (part / "optim.pt").is_file():
+        return {}
+    optim = load_data(part / "optim.pt")
+    if not isinstance(optim, dict):
+        raise InputError(f"{part / 'optim.pt'} holds no optimizer state (a mapping); was it written by verl?")
+    return optim
 
 
 def _held_contents(part: Path, optim: dict[str, Any]) -> list[str]:
@@ -332,9 +344,9 @@ def _write_part(path: Path, rank: int, state: dict[str, Any]) -> None:
             tmp.unlink(missing_ok=True)  # a full disk: not left holding the space
             raise
     if state.get("optim"):
-        atomic_torch_save(state["optim"], path / "optim.pt")
+        save_data(state["optim"], path / "optim.pt")
     if state.get("adapter") is not None:
         state["adapter"].save_pretrained(str(path))  # adapter_config.json
     if "rng" in state:
-        atomic_torch_save(state["rng"], path / f"rng_rank{rank}.pt")
+        save_data(state["rng"], path / f"rng_rank{rank}.pt")
     (path / f"done_rank{rank}").write_text("")
