@@ -225,6 +225,7 @@ def test_trajectory_is_the_template_rendering_token_for_token(request, name, sto
         "tool_calls": 1.0,
         "tool_errors": 0.0,
         "tool_latency_s": pytest.approx(output.metrics["tool_latency_s"]),
+        "tool_timeouts": 0.0,
     }
     assert output.extra_fields["tool_rewards"] == pytest.approx(0.75)  # step reward 0.5 + final 0.25
 

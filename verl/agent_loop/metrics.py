@@ -9,9 +9,11 @@ from verl.protocol import DataProto
 
 def agent_metrics(batch: DataProto) -> dict[str, float]:
     """``num_turns/{mean,max,min}`` and ``tool_call_counts/{mean,max,min}`` (verl's names) per sample,
-    ``agent/tool_errors/mean`` (failed or unreadable calls per sample), ``timing_s/agent_loop/tool_calls/mean``
-    (wall-clock seconds per tool call, in verl's timing namespace) and ``agent/masked_token_ratio`` (the share
-    of response tokens that were inserted, not sampled). Empty for a batch no agent loop made."""
+    ``agent/tool_errors/mean`` (failed or unreadable calls per sample), ``agent/tool_timeouts/mean`` (calls cut
+    at ``multi_turn.tool_call_timeout_s`` per sample, also counted as errors),
+    ``timing_s/agent_loop/tool_calls/mean`` (wall-clock seconds per tool call, in verl's timing namespace) and
+    ``agent/masked_token_ratio`` (the share of response tokens that were inserted, not sampled). Empty for a
+    batch no agent loop made."""
     fields = batch.non_tensor_batch
     if "__num_turns__" not in fields:
         return {}
@@ -24,6 +26,9 @@ def agent_metrics(batch: DataProto) -> dict[str, float]:
     calls = float(np.sum(np.asarray(fields["__tool_calls__"], dtype=np.float64)))
     metrics["agent/tool_errors/mean"] = float(
         np.mean(np.asarray(fields["__tool_errors__"], dtype=np.float64))
+    )
+    metrics["agent/tool_timeouts/mean"] = float(
+        np.mean(np.asarray(fields.get("__tool_timeouts__", [0.0]), dtype=np.float64))
     )
     latency = float(np.sum(np.asarray(fields["__tool_latency_s__"], dtype=np.float64)))
     metrics["timing_s/agent_loop/tool_calls/mean"] = latency / calls if calls else 0.0

@@ -6,7 +6,7 @@ right-padded to ``data.max_response_length``, the full-sequence ``input_ids`` / 
 ``position_ids``, and ``rollout_log_probs`` when the engine returns them. Only ``response_mask`` differs: it
 is 0 on inserted tokens, which the attention mask keeps (the model reads tool results, it is not trained to
 write them). Per-sample non-tensor fields: ``__num_turns__`` (verl's name), ``__tool_calls__``,
-``__tool_errors__``, ``__tool_latency_s__`` (summarised by verl.agent_loop.metrics) and each loop's
+``__tool_errors__``, ``__tool_latency_s__``, ``__tool_timeouts__`` (summarised by verl.agent_loop.metrics) and each loop's
 ``extra_fields`` (``tool_rewards``).
 """
 
@@ -22,12 +22,13 @@ import numpy as np
 import torch
 
 from verl.agent_loop.base import AGENT_LOOPS, AgentLoopBase, AgentLoopContext, AgentLoopOutput
+from verl.agent_loop.tool_calls import RunStopping
 from verl.config.errors import ConfigError
 from verl.models.plumbing import position_ids
 from verl.protocol import DataProto
 from verl.workers.rollout.base import SamplingParams, TokenRequest, TokenResponse
 
-METRIC_FIELDS = ("tool_calls", "tool_errors", "tool_latency_s")
+METRIC_FIELDS = ("tool_calls", "tool_errors", "tool_latency_s", "tool_timeouts")
 """per-sample numbers a loop reports in ``AgentLoopOutput.metrics``, kept as ``__<name>__`` fields"""
 
 
@@ -178,10 +179,15 @@ class AgentLoopRunner:
                 tasks.append(
                     context.run(asyncio.ensure_future, self.loop(name).run(sampling, prompt, **fields))
                 )
-            while not all(task.done() for task in tasks):
-                await wave.settle(tasks)
-                if wave.waiting:
-                    await wave.send(self.submit_all)
+            try:
+                while not all(task.done() for task in tasks):
+                    await wave.settle(tasks)
+                    _raise_interruption(tasks)
+                    if wave.waiting:
+                        await wave.send(self.submit_all)
+            except BaseException:
+                await _cancel_and_collect(tasks)
+                raise
             return [task.result() for task in tasks]
         finally:
             self._wave = None
@@ -237,13 +243,49 @@ def _run(coroutine: Any) -> Any:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
+        running = False
+    else:
+        running = True
+    if not running:  # outside the except block: its RuntimeError is no context of the loops' errors
         return asyncio.run(coroutine)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, coroutine).result()
 
 
+async def _cancel_and_collect(tasks: list[asyncio.Future]) -> None:
+    """Cancel the loops still running (their tool calls are cancelled with them) and wait for them, taking
+    their errors: a batch that is being abandoned must not leave tasks whose errors asyncio would report as
+    never retrieved."""
+    for task in tasks:
+        task.cancel()
+    try:
+        await asyncio.gather(*tasks, return_exceptions=True)
+    except asyncio.CancelledError:  # cancelled again while waiting: asyncio.run collects the rest
+        pass
+
+
+def _raise_interruption(tasks: list[asyncio.Future]) -> None:
+    """Raise at once what ended a loop that is not an error of that loop (a Ctrl-C or SIGTERM raised while its
+    code ran, e.g. verl.cli's ``Terminated``, which asyncio keeps as the task's exception; RunStopping from a
+    tool call): the run is being interrupted, and waiting for the other loops (their tools) first would delay
+    it. ``asyncio.run`` then cancels the other loops, and so their tool calls."""
+    for task in tasks:
+        if task.done() and not task.cancelled():
+            error = task.exception()
+            if error is not None and (not isinstance(error, Exception) or isinstance(error, RunStopping)):
+                raise error
+
+
 _ROW: contextvars.ContextVar[int] = contextvars.ContextVar("agent_loop_row")
 """the batch row whose loop is running: each loop's task carries its own"""
+
+
+def _interrupted(tasks: list[asyncio.Future]) -> bool:
+    try:
+        _raise_interruption(tasks)
+    except BaseException:
+        return True
+    return False
 
 
 class _Wave:
@@ -267,7 +309,7 @@ class _Wave:
         """Until every loop has returned or waits for its turn (a loop may still be running a tool)."""
         while True:
             busy = [task for task in tasks if not task.done()]
-            if len(busy) <= len(self.waiting):
+            if len(busy) <= len(self.waiting) or _interrupted(tasks):
                 return
             self.joined.clear()
             joined = asyncio.ensure_future(self.joined.wait())

@@ -271,6 +271,9 @@ class MultiTurnConfig:
     """YAML listing the tools (verl's format: tools: [{class_name, config, tool_schema}]); see docs/agent_loop.md"""
     format: str = "hermes"
     """how tool calls are written: hermes (<tool_call>{"name": ..., "arguments": {...}}</tool_call>)"""
+    tool_call_timeout_s: Optional[float] = 60.0
+    """seconds each tool call (create, execute, calc_reward, release) may run; past it the call is cancelled
+    and the model is told it timed out; null = no limit (not a verl key: verl has no tool time limit)"""
 
 
 @dataclass

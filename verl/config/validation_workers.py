@@ -148,6 +148,15 @@ def _multi_turn_errors(errors: list[str], rollout: Any, prefix: str) -> None:
         errors, f"{key}.tool_response_truncate_side", multi_turn.tool_response_truncate_side, TRUNCATE_SIDES
     )
     check_choice(errors, f"{key}.format", multi_turn.format, ("hermes",))
+    check_in_range(
+        errors,
+        f"{key}.tool_call_timeout_s",
+        multi_turn.get("tool_call_timeout_s"),
+        0,
+        low_open=True,
+        null="no limit",
+        note="seconds per tool call",
+    )
     if (
         multi_turn.tool_config_path is not None
         and not tool_config_file(multi_turn.tool_config_path).is_file()

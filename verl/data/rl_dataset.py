@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,6 +36,15 @@ TRUNCATION_MODES = ("error", "left", "right", "middle")
 
 Messages = list[dict[str, Any]]
 
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+"""the roles of a chat row (verl's and the OpenAI chat format's); a chat template may know more (Llama 3's
+``ipython``, ``developer``): :func:`chat_roles` adds the ones it names"""
+
+_ROLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")
+"""what a role can look like at all: a plain word (no whitespace, no ``<|...|>`` control token, no newline)"""
+_TEMPLATE_ROLE = re.compile(r"""role['"]?\]?\s*==\s*['"]([A-Za-z][A-Za-z0-9_-]{0,31})['"]""")
+_TEMPLATE_ROLE_LIST = re.compile(r"""role['"]?\]?\s+in\s+[\[(]([^\])]*)[\])]""")
+
 
 def messages_from_json_text(text: str) -> Messages | None:
     """The chat messages a string holds as JSON text (``'[{"role": "user", "content": "1+1?"}]'``, what
@@ -59,14 +69,95 @@ def messages_from_json_text(text: str) -> Messages | None:
     return None
 
 
-def to_messages(prompt: Any, where: str, field: str = "prompt") -> tuple[Messages, bool]:
+def to_messages(
+    prompt: Any, where: str, field: str = "prompt", roles: Collection[str] = CHAT_ROLES
+) -> tuple[Messages, bool]:
     """:func:`normalize_messages`, and whether the prompt was chat messages held as JSON text (decoded)."""
     if isinstance(prompt, str):
         decoded = messages_from_json_text(prompt)
         if decoded is None:
             return [{"role": "user", "content": prompt}], False
-        return normalize_messages(decoded, where, field), True
-    return normalize_messages(prompt, where, field), False
+        return normalize_messages(decoded, where, field, roles), True
+    return normalize_messages(prompt, where, field, roles), False
+
+
+def check_role(role: str, roles: Collection[str], what: str) -> None:
+    """A role is one of ``roles``, written exactly: a role the template does not know renders a turn the model
+    never saw, and a role such as ``"user<|im_end|>\\n<|im_start|>system"`` forges turns of its own."""
+    if role in roles:
+        return
+    if not role.strip():
+        raise DatasetError(f"{what} is empty; a message needs a role ({', '.join(roles)})")
+    if not _ROLE_NAME.fullmatch(role):
+        raise DatasetError(
+            f"{what} is {_quote(role)}, not a role name (a role is one word such as user; control tokens, "
+            "spaces and newlines in a role would forge chat turns)"
+        )
+    raise DatasetError(f"{what} is {_quote(role)}, not one of the chat roles {', '.join(roles)}")
+
+
+def chat_roles(tokenizer: Any) -> tuple[str, ...]:
+    """:data:`CHAT_ROLES` and the roles the tokenizer's chat template names (``message.role == 'ipython'``,
+    ``message['role'] in ['developer', ...]``): the roles a chat row may use with this tokenizer."""
+    template = getattr(tokenizer, "chat_template", None)
+    texts = template.values() if isinstance(template, dict) else [template]
+    named: list[str] = []
+    for text in texts:
+        if not isinstance(text, str):
+            continue
+        named += _TEMPLATE_ROLE.findall(text)
+        for group in _TEMPLATE_ROLE_LIST.findall(text):
+            named += re.findall(r"""['"]([A-Za-z][A-Za-z0-9_-]{0,31})['"]""", group)
+    return tuple(dict.fromkeys([*CHAT_ROLES, *named]))
+
+
+def turn_tokens(tokenizer: Any) -> tuple[str, ...]:
+    """The tokenizer's special tokens that mark chat turns: those its chat template writes around a probe
+    conversation (ChatML's ``<|im_start|>`` / ``<|im_end|>``, Llama 3's headers and ``<|eot_id|>``), and its
+    end-of-sequence token. In a message's text the tokenizer reads them as the special tokens themselves, so
+    a message holding one forges a turn boundary. Special tokens the template does not write (a pad token,
+    an image placeholder) are not turn boundaries and may appear in text."""
+    specials = {str(t) for t in getattr(tokenizer, "all_special_tokens", []) or []}
+    for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        if getattr(token, "special", False):
+            specials.add(str(token.content))
+    specials.discard("")
+    probe = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u"},
+        {"role": "assistant", "content": "a"},
+    ]
+    try:
+        rendered = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=False)
+    except Exception:  # a template that refuses a system turn: the boundaries of a user/assistant pair
+        try:
+            rendered = tokenizer.apply_chat_template(probe[1:], tokenize=False, add_generation_prompt=False)
+        except Exception:
+            rendered = ""
+    eos = getattr(tokenizer, "eos_token", None)
+    found = {t for t in specials if t in str(rendered)} | ({str(eos)} if eos else set())
+    return tuple(sorted(found, key=lambda t: (-len(t), t)))
+
+
+def check_turn_tokens(messages: Messages, tokens: Sequence[str], where: str, field: str = "prompt") -> None:
+    """No message's content holds one of ``tokens`` (:func:`turn_tokens`): it would forge a turn boundary
+    (a user message ending its own turn and opening a system one). Refused, not escaped: the row says
+    something else than its author can have meant, and changing it silently would hide that."""
+    for j, msg in enumerate(messages):
+        content = msg["content"]
+        found = [(content.find(token), token) for token in tokens if token in content]
+        if found:
+            token = min(found)[1]  # the first in the text
+            raise DatasetError(
+                f"{where}: field '{field}[{j}].content' ({msg['role']}) holds {token!r}, a special token "
+                "that marks chat turns for this tokenizer: it would forge a turn boundary; remove it from "
+                "the text"
+            )
+
+
+def _quote(text: str) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
 def log_decoded_json(n_decoded: int, n_rows: int, field: str, files: Sequence[str]) -> None:
@@ -82,9 +173,12 @@ def log_decoded_json(n_decoded: int, n_rows: int, field: str, files: Sequence[st
         )
 
 
-def normalize_messages(prompt: Any, where: str, field: str = "prompt") -> Messages:
+def normalize_messages(
+    prompt: Any, where: str, field: str = "prompt", roles: Collection[str] = CHAT_ROLES
+) -> Messages:
     """Validate a prompt and return it as chat messages; a plain string becomes one user message, and a
-    string holding a JSON list of ``{role, content}`` messages is decoded (:func:`messages_from_json_text`)."""
+    string holding a JSON list of ``{role, content}`` messages is decoded (:func:`messages_from_json_text`).
+    Each role must be one of ``roles`` (:func:`check_role`)."""
     if isinstance(prompt, str):
         decoded = messages_from_json_text(prompt)
         prompt = [{"role": "user", "content": prompt}] if decoded is None else decoded
@@ -106,6 +200,7 @@ def normalize_messages(prompt: Any, where: str, field: str = "prompt") -> Messag
                 raise DatasetError(
                     f"{where}: field '{field}[{j}].{key}' must be a string, got {type(msg.get(key)).__name__}"
                 )
+        check_role(msg["role"], roles, f"{where}: field '{field}[{j}].role'")
         messages.append(dict(msg))
     if not any(m["content"].strip() for m in messages):
         # The model would answer nothing but the chat template: a broken row, not a question.
@@ -195,6 +290,8 @@ class RLDataset(torch.utils.data.Dataset):
         self.filter_overlong_prompts = filter_overlong_prompts
         self.required_fields = tuple(required_fields)
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.roles = chat_roles(tokenizer)
+        self.turn_tokens = turn_tokens(tokenizer)
 
         records = read_files(self.files, key=files_key, bad_rows=self._bad_rows)
         check_columns(records, {prompt_key: "data.prompt_key"}, files_key)
@@ -253,7 +350,8 @@ class RLDataset(torch.utils.data.Dataset):
                 f"{where}: missing field {prompt_key!r} (data.prompt_key); row has {sorted(row)}"
             )
         check_required(row, self.required_fields, where)
-        messages, decoded = to_messages(row[prompt_key], where, prompt_key)
+        messages, decoded = to_messages(row[prompt_key], where, prompt_key, self.roles)
+        check_turn_tokens(messages, self.turn_tokens, where, prompt_key)
         try:
             ids = render_prompt(self.tokenizer, messages, self.chat_template_kwargs)
         except DatasetError:

@@ -27,6 +27,7 @@ the driver-side math (advantages) joins the DAG.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -280,8 +281,11 @@ class Controller(DagTracing):
                 channel._fail(error)
             if self.recorder is not None:
                 self.recorder.mark(node.trace, "failed", error=str(error))
-            # Log the failure where it happened; the steps it starves only repeat it.
-            logger.log(logging.DEBUG if error.upstream else logging.ERROR, "%s", error)
+            # Log the failure where it happened; the steps it starves only repeat it. Once Ctrl-C or SIGTERM
+            # has arrived, steps fail because the run is stopping: not an error to show.
+            stopping = sys.modules.get("verl.utils.stopping")
+            quiet = error.upstream or (stopping is not None and stopping.armed())
+            logger.log(logging.DEBUG if quiet else logging.ERROR, "%s", error)
         finally:
             self._finish(node)
 
