@@ -24,6 +24,18 @@ SLICE = [
     "ckpt-resume-changed-lr",
     "export-overwrite-keeps-foreign",
     "reward-syntax-error",
+    # issue 42: escapes from the python tool's sandbox (as root and as an ordinary user), a checkpoint that
+    # carries code, a hung tool and a signal, parser input, an unwritable output, a forged chat role
+    "sandbox-pidfd-kill-root",
+    "sandbox-renice-user",
+    "sandbox-device-node-root",
+    "sandbox-read-secret-user",
+    "sandbox-no-bwrap",
+    "hck-payload-trainer-state",
+    "tools-sigterm-hang-blocking",
+    "parser-int-5000-digits",
+    "out-export-under-sys",
+    "chat-forged-role",
 ]
 
 

@@ -232,6 +232,16 @@ def test_report_into_a_missing_directory_of_a_readonly_mount_is_one_line(tiny_ru
     assert list(mount.iterdir()) == []
 
 
+def _in_own_mount_namespace(script: str) -> subprocess.CompletedProcess:
+    """Run a shell script as root of a user and mount namespace of its own (where it may mount a tmpfs)."""
+    if (
+        not shutil.which("unshare")
+        or subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode
+    ):
+        pytest.skip("no unshare -rm here")
+    return subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=300)
+
+
 def test_report_on_a_full_disk_is_a_storage_error_and_leaves_nothing(tiny_run, tmp_path):
     full = tmp_path / "full"
     full.mkdir()
@@ -239,12 +249,7 @@ def test_report_on_a_full_disk_is_a_storage_error_and_leaves_nothing(tiny_run, t
         f'mount -t tmpfs -o size=4k tmpfs "{full}" && head -c 4096 /dev/zero > "{full}/filler" ; '
         f'{sys.executable} -m verl.cli report "{tiny_run}" -o "{full}/sub/report.html"; echo "rc=$?"; ls -A "{full}"'
     )
-    if (
-        not shutil.which("unshare")
-        or subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode
-    ):
-        pytest.skip("no unshare -rm here")
-    proc = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=300)
+    proc = _in_own_mount_namespace(script)
     assert "rc=5" in proc.stdout and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
     assert "storage error: cannot write" in proc.stderr and "No space left on device" in proc.stderr
     assert proc.stdout.split("rc=5")[1].split() == ["filler"]  # no sub/, no temporary file
@@ -322,12 +327,7 @@ def test_export_onto_a_full_disk_is_a_storage_error_and_leaves_nothing(checkpoin
         f'mount -t tmpfs -o size=64k tmpfs "{full}" && '
         f'{sys.executable} -m verl.cli export "{checkpoint}" "{full}/a/out"; echo "rc=$?"; ls -A "{full}"'
     )
-    if (
-        not shutil.which("unshare")
-        or subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode
-    ):
-        pytest.skip("no unshare -rm here")
-    proc = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=300)
+    proc = _in_own_mount_namespace(script)
     assert "rc=5" in proc.stdout and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
     assert f"storage error: cannot write {full}/a/out: No space left on device" in proc.stderr
     assert proc.stdout.split("rc=5")[1].split() == []  # no a/, no staging directory

@@ -365,9 +365,9 @@ def test_a_real_interrupt_in_the_rollout_thread_ends_the_run_and_kills_the_tool_
     assert not _alive(tool.pids[0])
 
 
-def test_at_exit_the_calls_of_a_rollout_in_a_worker_thread_are_cancelled(qwen) -> None:
-    """An interrupted run leaves without waiting for the worker thread its rollout runs in; the exit handler
-    cancel_all still cancels the tool calls in flight there (their processes die), and the rollout ends."""
+def _rollout_in_a_worker_thread(qwen) -> tuple[SubprocessTool, threading.Thread, list[BaseException]]:
+    """A rollout whose one tool call runs a subprocess, in a daemon thread as the trainer runs it; returns once
+    the tool's process has started, with the list the rollout's exception will land in."""
     tool = SubprocessTool()
     loop = ToolAgentLoop(_context(qwen, [CALL, "done"], {"calculator": tool}))
     raised: list[BaseException] = []
@@ -383,6 +383,13 @@ def test_at_exit_the_calls_of_a_rollout_in_a_worker_thread_are_cancelled(qwen) -
     deadline = time.monotonic() + 10
     while not tool.pids and time.monotonic() < deadline:
         time.sleep(0.01)
+    return tool, worker, raised
+
+
+def test_at_exit_the_calls_of_a_rollout_in_a_worker_thread_are_cancelled(qwen) -> None:
+    """An interrupted run leaves without waiting for the worker thread its rollout runs in; the exit handler
+    cancel_all still cancels the tool calls in flight there (their processes die), and the rollout ends."""
+    tool, worker, raised = _rollout_in_a_worker_thread(qwen)
     assert cancel_all() == 1
     assert not _alive(tool.pids[0])
     worker.join(10)
@@ -396,21 +403,7 @@ def test_a_stop_signal_ends_a_rollout_in_a_worker_thread_and_kills_the_tool_proc
     (verl.utils.stopping armed) within a fraction of a second: its tool call is cancelled, RunStopping ends it."""
     stopping = [False]
     monkeypatch.setitem(sys.modules, "verl.utils.stopping", SimpleNamespace(armed=lambda: stopping[0]))
-    tool = SubprocessTool()
-    loop = ToolAgentLoop(_context(qwen, [CALL, "done"], {"calculator": tool}))
-    raised: list[BaseException] = []
-
-    def rollout() -> None:
-        try:
-            asyncio.run(loop.run(SamplingParams(max_new_tokens=999), _prompt(qwen)))
-        except BaseException as error:
-            raised.append(error)
-
-    worker = threading.Thread(target=rollout, daemon=True)
-    worker.start()
-    deadline = time.monotonic() + 10
-    while not tool.pids and time.monotonic() < deadline:
-        time.sleep(0.01)
+    tool, worker, raised = _rollout_in_a_worker_thread(qwen)
     stopping[0] = True
     start = time.perf_counter()
     worker.join(10)

@@ -406,10 +406,7 @@ def load_data(path: Path) -> Any:
         with torch.serialization.safe_globals(allowed):
             raw = torch.load(path, weights_only=True)
     except pickle.UnpicklingError as e:
-        found = _UNSUPPORTED.search(str(e))
-        if found:
-            raise _code_error(path, [found.group(1)]) from None
-        raise InputError(f"{path} cannot be read as checkpoint data ({_torch_reason(e)})") from None
+        raise _unpickling_error(path, e, f"cannot be read as checkpoint data ({_torch_reason(e)})") from None
     except Exception as e:
         raise InputError(f"{path} cannot be read ({_torch_reason(e)}); is it whole?") from None
     try:
@@ -429,6 +426,13 @@ def _torch_reason(error: BaseException) -> str:
     if not reasons and lines:  # one long line: its first sentence
         reasons = [lines[0].split(". In PyTorch")[0]]
     return f"{type(error).__name__}: {reasons[0]}" if reasons else type(error).__name__
+
+
+def _unpickling_error(path: Any, error: pickle.UnpicklingError, otherwise: str) -> InputError:
+    """A refused global named in ``error`` is code the file would run (:func:`_code_error`); any other
+    unpickling error is ``path`` plus ``otherwise``."""
+    found = _UNSUPPORTED.search(str(error))
+    return _code_error(path, [found.group(1)]) if found else InputError(f"{path} {otherwise}")
 
 
 def _code_error(path: Path, names: list[str]) -> InputError:
@@ -558,10 +562,7 @@ def check_sharded_files(part: Path) -> None:
             metadata = _DataUnpickler(f, _dcp_metadata_classes()).load()
         items = [(info, metadata.state_dict_metadata[i.fqn]) for i, info in metadata.storage_data.items()]
     except pickle.UnpicklingError as e:
-        found = _UNSUPPORTED.search(str(e))
-        if found:
-            raise _code_error(index, [found.group(1)]) from None
-        raise InputError(f"{index} cannot be read ({describe_error(e)}); is it whole?") from None
+        raise _unpickling_error(index, e, f"cannot be read ({describe_error(e)}); is it whole?") from None
     except Exception as e:
         raise InputError(f"{index} cannot be read ({describe_error(e)}); is it whole?") from None
     from torch.distributed.checkpoint.metadata import BytesStorageMetadata
