@@ -173,3 +173,30 @@ def test_a_training_forward_is_not_perturbed_by_autocast_in_another_thread():
         stop.set()
         thread.join()
     assert beside == alone
+
+
+@pytest.mark.parametrize(
+    ("env", "capped"),
+    [
+        ({}, None),
+        ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, "ONEDNN_MAX_CPU_ISA=AVX2"),
+        ({"ONEDNN_MAX_CPU_ISA": "avx512_core"}, "ONEDNN_MAX_CPU_ISA=avx512_core"),
+        ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, None),
+        ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}, None),
+        ({"ATEN_CPU_CAPABILITY": "avx2"}, "ATEN_CPU_CAPABILITY=avx2"),
+        ({"ATEN_CPU_CAPABILITY": "default"}, "ATEN_CPU_CAPABILITY=default"),
+        ({"ATEN_CPU_CAPABILITY": "avx512"}, None),
+    ],
+)
+def test_kernels_capped_below_bf16_are_seen(env, capped) -> None:
+    from verl.utils.cpu import bf16_kernels_capped
+
+    assert bf16_kernels_capped(env) == capped
+
+
+def test_auto_dtype_is_fp32_when_the_kernels_are_capped(monkeypatch) -> None:
+    # on a bf16 CPU capped to AVX2 (how the learning matrix computes as an older CPU), auto picked bf16 and
+    # oneDNN then refused its bf16 weights: "bf16 path needs the cpu support avx_ne_convert or avx512bw ..."
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    choice = choose_compute_dtype(None, device=torch.device("cpu"), weights_dtype=torch.float32)
+    assert choice.dtype is None and "ONEDNN_MAX_CPU_ISA=AVX2 caps the CPU kernels below bf16" in choice.reason

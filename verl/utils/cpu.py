@@ -23,6 +23,25 @@ BF16_FAST_FLAGS = ("avx512_bf16", "amx_bf16")
 """without either, bf16 on a CPU is emulated: slower than fp32, not faster"""
 
 
+BF16_ONEDNN_ISAS = ("AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX10", "ALL", "DEFAULT")
+"""``ONEDNN_MAX_CPU_ISA`` values (prefixes) that leave oneDNN its bf16 kernels"""
+
+
+def bf16_kernels_capped(env: dict[str, str] | None = None) -> str | None:
+    """The setting that caps PyTorch's or oneDNN's kernels below bf16 (``ONEDNN_MAX_CPU_ISA=AVX2``,
+    ``ATEN_CPU_CAPABILITY=avx2``: how one machine computes as an older CPU would), or None. With such a cap a
+    bf16 CPU cannot run bf16: oneDNN refuses its bf16 weight layout ("bf16 path needs the cpu support ...")."""
+    env = os.environ if env is None else env
+    for key in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        isa = env.get(key, "").strip().upper()
+        if isa and not isa.startswith(BF16_ONEDNN_ISAS):
+            return f"{key}={env[key]}"
+    capability = env.get("ATEN_CPU_CAPABILITY", "").strip().lower()
+    if capability in ("default", "avx2"):
+        return f"ATEN_CPU_CAPABILITY={env['ATEN_CPU_CAPABILITY']}"
+    return None
+
+
 @dataclass(frozen=True)
 class CpuInfo:
     """The CPU model and its feature flags (from /proc/cpuinfo)."""

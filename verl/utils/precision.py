@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from verl.models.loading import resolve_dtype
-from verl.utils.cpu import read_cpuinfo
+from verl.utils.cpu import bf16_kernels_capped, read_cpuinfo
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,11 @@ def choose_compute_dtype(
         return ComputeDtype(torch.bfloat16, f"{key} unset: bf16 on a GPU, as verl")
     if device.type != "cpu":
         return ComputeDtype(None, f"{key} unset on {device.type}")
-    cpu_bf16 = read_cpuinfo().bf16_fast if cpu_bf16 is None else cpu_bf16
+    if cpu_bf16 is None:
+        capped = bf16_kernels_capped()
+        if capped:
+            return ComputeDtype(None, f"{key} unset: {capped} caps the CPU kernels below bf16")
+        cpu_bf16 = read_cpuinfo().bf16_fast
     if not cpu_bf16:
         return ComputeDtype(None, f"{key} unset: this CPU has no bf16 instructions (avx512_bf16 / AMX)")
     return ComputeDtype(torch.bfloat16, f"{key} unset: this CPU has bf16 instructions")
