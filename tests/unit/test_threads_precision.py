@@ -200,3 +200,13 @@ def test_auto_dtype_is_fp32_when_the_kernels_are_capped(monkeypatch) -> None:
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     choice = choose_compute_dtype(None, device=torch.device("cpu"), weights_dtype=torch.float32)
     assert choice.dtype is None and "ONEDNN_MAX_CPU_ISA=AVX2 caps the CPU kernels below bf16" in choice.reason
+
+
+def test_a_damaged_safetensors_file_leaves_the_model_size_unknown(tmp_path) -> None:
+    # the model's loading names the damaged file; the thread choice must not fail first with a JSON traceback
+    from verl.utils.threads import count_parameters
+
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    assert count_parameters(tmp_path) is None
+    (tmp_path / "model.safetensors").write_bytes((64).to_bytes(8, "little") + b"\x00" * 64)
+    assert count_parameters(tmp_path) is None

@@ -48,24 +48,33 @@ def count_parameters(model_path: str | os.PathLike[str] | None) -> int | None:
         return None
     total = 0
     for file in files:
-        total += _safetensors_numel(file)
+        numel = _safetensors_numel(file)
+        if numel is None:  # a damaged file: loading the model reports it, with its name
+            return None
+        total += numel
     return total
 
 
-def _safetensors_numel(file: Path) -> int:
-    # A safetensors file starts with an 8-byte little-endian header length and a JSON header of shapes.
-    with open(file, "rb") as f:
-        size = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(size))
-    numel = 0
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        count = 1
-        for dim in entry["shape"]:
-            count *= int(dim)
-        numel += count
-    return numel
+def _safetensors_numel(file: Path) -> int | None:
+    """Elements in a safetensors file, from its header (an 8-byte little-endian length, then JSON of shapes);
+    None when the header cannot be read."""
+    try:
+        with open(file, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            if not 0 < size <= file.stat().st_size:
+                return None
+            header = json.loads(f.read(size))
+        numel = 0
+        for name, entry in header.items():
+            if name == "__metadata__":
+                continue
+            count = 1
+            for dim in entry["shape"]:
+                count *= int(dim)
+            numel += count
+        return numel
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
 
 
 def choose_torch_threads(
