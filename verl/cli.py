@@ -414,6 +414,17 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise Terminated()
 
 
+_deferred: list[int] = []
+"""stop signals that arrived while the ``verl`` command was starting (:func:`entry`), raised by :func:`main`"""
+
+
+def _defer_signal(signum: int, frame: object) -> None:
+    if signum == signal.SIGINT and signal.SIGINT in _deferred:  # a second Ctrl-C: leave at once
+        os._exit(130)
+    _deferred.append(signum)
+    stopping.arm(signum)
+
+
 def _on_sigint(signum: int, frame: object) -> None:
     """First Ctrl-C: unwind (KeyboardInterrupt: the lock is released, workers stop). A second one while
     that cleanup runs: leave at once (the OS drops the lock; checkpoints are whole or unfinished)."""
@@ -474,6 +485,10 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _on_sigterm)
     resume_hint = "the last complete checkpoint (if any) is intact; rerun the same command to resume"
     try:
+        if in_main_thread and _deferred:  # Ctrl-C / SIGTERM while the command was starting
+            _on_sigterm.received = _deferred[0] == signal.SIGTERM  # type: ignore[attr-defined]
+            _on_sigint.pressed = _deferred[0] == signal.SIGINT  # type: ignore[attr-defined]
+            raise Terminated() if _deferred[0] == signal.SIGTERM else KeyboardInterrupt()
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
         _quiet_libraries()
         from verl.errors import UserError
@@ -519,6 +534,11 @@ def entry() -> int:
     """The ``verl`` command: :func:`main` in a process that is the run, so Ctrl-C or SIGTERM ends it within
     :data:`verl.utils.stopping.GRACE_S` whatever a tool, a reward function or an engine is doing."""
     stopping.enable()
+    # From the first moment, not only once main() has built its parser (which imports transformers: seconds on
+    # a loaded machine): a Ctrl-C or SIGTERM meanwhile is noted and raised once main() handles signals, since
+    # raised inside a library's import it turns into that library's error or aborts the interpreter.
+    signal.signal(signal.SIGINT, _defer_signal)
+    signal.signal(signal.SIGTERM, _defer_signal)
     code = main()
     if stopping.armed():  # interrupted and unwound: do not wait at exit for a thread stuck in user code
         stopping.leave(code)
