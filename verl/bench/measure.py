@@ -206,7 +206,8 @@ class ContentionMeter:
             return
         wall = time.perf_counter() - wall0
         others = (busy1 - busy0) - (_own_cpu_s() - own0)
-        self.others_pct = 100 * max(others, 0.0) / max(wall * (os.cpu_count() or 1), 1e-9)
+        # /proc/stat counts in clock ticks (10 ms): over a short interval the share can round past 100%
+        self.others_pct = min(100.0, 100 * max(others, 0.0) / max(wall * (os.cpu_count() or 1), 1e-9))
 
 
 BUSY_PCT = 5.0
