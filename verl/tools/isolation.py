@@ -224,6 +224,7 @@ class Bubblewrap:
     def __init__(self, bwrap: str) -> None:
         self.bwrap = bwrap
         self.program = seccomp_program()
+        self.mounts = [*_system_mounts(), *_python_mounts()]  # the host's layout: read once, not per call
 
     def command(self, argv: list[str], env: dict[str, str], disk_bytes: int) -> tuple[list[str], int]:
         """The command that runs ``argv`` isolated, and the file descriptor (the seccomp program's pipe) it
@@ -248,8 +249,7 @@ class Bubblewrap:
             "--new-session",
             "--hostname",
             "sandbox",
-            *_system_mounts(),
-            *_python_mounts(),
+            *self.mounts,
             # no /proc: the sandbox's processes act, for file permissions, as the user who started bwrap (root
             # in a container), so proc's root-owned knobs (/proc/sys, /proc/sysrq-trigger, /proc/irq ...) would
             # be writable for them
