@@ -3,6 +3,8 @@ transformers-version differences outside the KV cache (those are in `verl.models
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 
@@ -16,6 +18,11 @@ def resolve_device(name: str) -> torch.device:
         raise ConfigError(
             "trainer.device=cuda but this process sees no CUDA device; use trainer.device=auto or cpu"
         )
+    if name == "cuda":
+        # An index, always: torch.cuda.set_device refuses a bare "cuda", and a tensor on cuda:0 does not
+        # compare equal to torch.device("cuda"). Ray gives each worker one visible GPU (index 0); ranks
+        # started by torchrun on one machine take theirs from LOCAL_RANK.
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
     return torch.device(name)
 
 
