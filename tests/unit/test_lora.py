@@ -165,17 +165,20 @@ def test_merged_copy_is_base_plus_scaled_b_times_a(tiny_model_dir):
     torch.testing.assert_close(log_probs(merged, data), log_probs(model, data), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("engine", ["fast", "hf"])
-def test_rollout_engines_generate_with_the_adapters(engine, tiny_model_dir):
-    """The lean decode step reads base weights only, so an adapted model decodes through its own forward:
-    greedy tokens are the adapted policy's argmax and the fast engine's log-probs are the actor's."""
+@pytest.mark.parametrize("engine", ["fast", "fast-hf-forward", "hf"])
+def test_rollout_engines_generate_with_the_adapters(engine, tiny_model_dir, monkeypatch):
+    """The lean decode step merges each adapter into its projection's weight (once per call) and the
+    model's own forward applies them: either way greedy tokens are the adapted policy's argmax and the
+    fast engine's log-probs are the actor's."""
     model = with_trained_adapters(lora_model(tiny_model_dir)).eval()
-    assert lean_decoder_supported(load_hf_model(tiny_model_dir)) and not lean_decoder_supported(model)
+    assert lean_decoder_supported(model)
     whole = batch(model.config.vocab_size).batch
     prompts = DataProto.from_dict(
         tensors={k: whole[k][:2, :PROMPT_LEN] for k in ("input_ids", "attention_mask", "position_ids")}
     )
-    rollout = get_rollout_class(engine)(model, eos_token_ids=[0], pad_token_id=1)
+    rollout_cls = get_rollout_class(engine.removesuffix("-hf-forward"))
+    options = {"lean": False} if engine == "fast-hf-forward" else {}
+    rollout = rollout_cls(model, eos_token_ids=[0], pad_token_id=1, **options)
     sampling = SamplingParams(temperature=1.0, do_sample=False, max_new_tokens=RESPONSE_LEN)
     out = rollout.generate_sequences(prompts, sampling)
     with torch.no_grad():
@@ -184,9 +187,32 @@ def test_rollout_engines_generate_with_the_adapters(engine, tiny_model_dir):
             ids = torch.cat([ids, model(input_ids=ids).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
     mask = out.batch["response_mask"].bool()
     assert torch.equal(out.batch["responses"][mask], ids[:, PROMPT_LEN:][mask])
-    if engine == "fast":
+    if engine != "hf":
         actor = log_probs(model, out)
         torch.testing.assert_close(out.batch["rollout_log_probs"], actor, atol=1e-5, rtol=1e-5)
+    # The base model (adapters disabled) decodes other tokens: the adapters were really applied.
+    with adapters_disabled(model):
+        base = rollout.generate_sequences(prompts, sampling)
+    assert not torch.equal(base.batch["responses"], out.batch["responses"])
+
+
+def test_lean_decode_of_adapters_is_the_merged_models(tiny_model_dir):
+    """The lean step's merged weights give the logits of peft's own merge (``merged_copy``), and which
+    adapted modules it can merge: plain LoRA linears; not DoRA, nor an adapted embedding."""
+    from verl.workers.rollout.lean_weights import LeanWeights, projection
+
+    model = with_trained_adapters(lora_model(tiny_model_dir)).eval()
+    merged = merged_copy(model)
+    name = "model.layers.0.self_attn.q_proj"
+    weight, _ = projection(model.get_submodule(name))
+    torch.testing.assert_close(weight, merged.get_submodule(name).weight, atol=1e-6, rtol=1e-6)
+    assert LeanWeights.gather(model).matmul in ("packed", "torch")  # a copy anyway: packed where oneDNN is
+    from peft import LoraConfig, get_peft_model
+
+    dora = LoraConfig(r=8, target_modules="all-linear", use_dora=True)
+    assert not lean_decoder_supported(get_peft_model(load_hf_model(tiny_model_dir), dora).get_base_model())
+    embedding = LoraConfig(r=8, target_modules=["embed_tokens", "q_proj"])
+    assert not lean_decoder_supported(get_peft_model(load_hf_model(tiny_model_dir), embedding).get_base_model())
 
 
 def test_a_target_module_that_matches_nothing_names_the_key_and_the_layers(tiny_model_dir):

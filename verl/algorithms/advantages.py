@@ -13,15 +13,19 @@ its tokens; the group helpers below (``_group_members``, ``_group_mean_std``) ar
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import numpy as np
 import torch
 
 from verl.algorithms.core import masked_whiten
+from verl.algorithms.external import import_external_modules, same_function
 from verl.utils.registry import Registry
 
 ADV_ESTIMATOR_REGISTRY = Registry("advantage estimator (algorithm.adv_estimator)")
@@ -44,14 +48,17 @@ ADV_ESTIMATOR_NEEDS: dict[str, EstimatorNeeds] = {}
 
 
 def register_adv_est(
-    name: str, *, critic: bool = False, groups: bool = False, greedy_baseline: bool = False
+    name: str | Enum, *, critic: bool = False, groups: bool = False, greedy_baseline: bool = False
 ) -> Callable:
     """Decorator: make an estimator available as ``algorithm.adv_estimator=<name>``, with what it needs
-    (:class:`EstimatorNeeds`; verl's one-argument form declares nothing)."""
-    register = ADV_ESTIMATOR_REGISTRY.register(name)
+    (:class:`EstimatorNeeds`; verl's one-argument form declares nothing). ``name`` may be a member of
+    verl's ``AdvantageEstimator`` enum, as in verl. Running a user's file again re-registers its function;
+    a different function under a taken name raises."""
+    name = _name(name)
 
     def decorator(fn: Callable) -> Callable:
-        registered = register(fn)  # (a clash raises before anything is recorded)
+        same = name in ADV_ESTIMATOR_REGISTRY and same_function(ADV_ESTIMATOR_REGISTRY[name], fn)
+        registered = ADV_ESTIMATOR_REGISTRY.register(name, overwrite=same)(fn)  # a clash raises first
         ADV_ESTIMATOR_NEEDS[name] = EstimatorNeeds(
             critic=critic, groups=groups, greedy_baseline=greedy_baseline
         )
@@ -60,14 +67,51 @@ def register_adv_est(
     return decorator
 
 
-def get_adv_estimator_fn(name: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
-    return ADV_ESTIMATOR_REGISTRY.lookup(name)
+def _name(name: str | Enum) -> str:
+    return name.value if isinstance(name, Enum) else name
 
 
-def estimator_needs(name: str) -> EstimatorNeeds:
+def get_adv_estimator_fn(name: str | Enum) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """The estimator registered as ``name`` (looked up again after importing ``VERL_USE_EXTERNAL_MODULES``
+    when missing).
+
+    The trainer calls every estimator with the same keywords (``token_level_rewards``, ``response_mask``,
+    ``index``, ``values``, ``reward_baselines``, ``gamma``, ``lam``, ``norm_adv_by_std_in_grpo``,
+    ``config``). verl passes a custom estimator only ``token_level_rewards``, ``response_mask``, ``config``,
+    ``index`` and ``reward_baselines``, so one written for verl may declare just those and no ``**kwargs``:
+    such a function comes back wrapped to receive only the keywords it declares."""
+    name = _name(name)
+    if name not in ADV_ESTIMATOR_REGISTRY:
+        import_external_modules()
+    return keywords_it_takes(ADV_ESTIMATOR_REGISTRY.lookup(name))
+
+
+def keywords_it_takes(fn: Callable) -> Callable:
+    """``fn`` itself when it takes ``**kwargs``; else a wrapper that drops the keyword arguments ``fn`` does
+    not declare (positional arguments pass through)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # no signature to read (a builtin): call it as it is
+        return fn
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return fn
+    accepted = {
+        p.name
+        for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **{k: v for k, v in kwargs.items() if k in accepted})
+
+    return call
+
+
+def estimator_needs(name: str | Enum) -> EstimatorNeeds:
     """What the estimator registered as ``name`` declared it needs (nothing, for a name not registered yet:
     a user's estimator file may register it later, and an unknown name is reported by the lookup)."""
-    return ADV_ESTIMATOR_NEEDS.get(name, EstimatorNeeds())
+    return ADV_ESTIMATOR_NEEDS.get(_name(name), EstimatorNeeds())
 
 
 # ----------------------------------------------------------------------------- group helpers

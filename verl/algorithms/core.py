@@ -9,7 +9,13 @@ import math
 
 import torch
 
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+LOSS_AGG_MODES = (
+    "token-mean",
+    "token-sum",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
 
 
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
@@ -57,36 +63,68 @@ def agg_loss(
     loss_mat: torch.Tensor,
     loss_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
+    dp_size: int = 1,
+    batch_num_tokens: float | None = None,
+    global_batch_size: float | None = None,
     loss_scale_factor: float | None = None,
+    *,
     global_num_tokens: float | None = None,
     global_num_seqs: float | None = None,
 ) -> torch.Tensor:
-    """Reduce a per-token loss matrix to a scalar.
+    """Reduce a per-token loss matrix to a scalar; verl's signature and numbers.
 
-    - ``token-mean``: Σ_{i,t} m·L / N_tokens  (DAPO; every token weighs the same)
-    - ``seq-mean-token-sum``: mean_i Σ_t m·L
-    - ``seq-mean-token-mean``: mean_i (Σ_t m·L / Σ_t m)  (original GRPO)
-    - ``seq-mean-token-sum-norm``: mean_i Σ_t m·L / C with C = ``loss_scale_factor`` or the
+    With N = ``batch_num_tokens`` (valid tokens of the global mini-batch), G = ``global_batch_size``
+    (its sequences), D = ``dp_size`` and m the mask:
+
+    - ``token-mean``: Σ_{i,t} m·L / N · D  (DAPO; every token weighs the same)
+    - ``token-sum``: Σ_{i,t} m·L · D
+    - ``seq-mean-token-sum``: Σ_i Σ_t m·L / G · D
+    - ``seq-mean-token-mean``: Σ_i (Σ_t m·L / Σ_t m) / G · D  (original GRPO)
+    - ``seq-mean-token-sum-norm``: Σ_i Σ_t m·L / G · D / C with C = ``loss_scale_factor`` or the
       response length (Dr.GRPO, arXiv 2503.20783: a constant divisor removes the length bias)
 
-    ``global_num_tokens`` / ``global_num_seqs`` are the counts over the whole mini-batch. When a
-    mini-batch is split into micro-batches, passing them makes the sum of the micro-batch losses
-    equal the mini-batch loss, so the gradient does not depend on how the batch was split.
+    Without global counts N and G are this call's own: its valid tokens and its sequences with at least one
+    valid token (as verl; with D > 1 they are required). With them, the losses of the micro-batches of a
+    mini-batch add up to the mini-batch's loss, so the gradient does not depend on how it was split; the
+    factor D undoes the gradient averaging of data parallelism (each rank's loss is its share of the sum).
+
+    ``global_num_tokens`` / ``global_num_seqs`` are this project's names for N and G, for callers that
+    scale by the world size themselves (the critic): give one name of each pair, not both.
     """
+    if global_num_tokens is not None:
+        if batch_num_tokens is not None:
+            raise ValueError("give batch_num_tokens or global_num_tokens, not both")
+        batch_num_tokens = global_num_tokens
+    if global_num_seqs is not None:
+        if global_batch_size is not None:
+            raise ValueError("give global_batch_size or global_num_seqs, not both")
+        global_batch_size = global_num_seqs
+    if loss_agg_mode not in LOSS_AGG_MODES:
+        raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}; choose one of {LOSS_AGG_MODES}")
     loss_mask = loss_mask.to(loss_mat.dtype)
-    num_tokens = global_num_tokens if global_num_tokens is not None else loss_mask.sum().clamp_min(1.0)
-    num_seqs = global_num_seqs if global_num_seqs is not None else loss_mat.shape[0]
+    if loss_agg_mode == "token-sum":
+        return masked_sum(loss_mat, loss_mask) * dp_size
     if loss_agg_mode == "token-mean":
-        return masked_sum(loss_mat, loss_mask) / num_tokens
+        if batch_num_tokens is None:
+            _require_global(dp_size, "batch_num_tokens")
+            batch_num_tokens = loss_mask.sum().clamp_min(1.0)
+        return masked_sum(loss_mat, loss_mask) / batch_num_tokens * dp_size
+    tokens_per_seq = loss_mask.sum(-1)
     seq_sums = masked_sum(loss_mat, loss_mask, dim=-1)
-    if loss_agg_mode == "seq-mean-token-sum":
-        return seq_sums.sum() / num_seqs
+    if global_batch_size is None:
+        _require_global(dp_size, "global_batch_size")
+        global_batch_size = (tokens_per_seq > 0).sum().clamp_min(1).to(loss_mat.dtype)
     if loss_agg_mode == "seq-mean-token-mean":
-        return (seq_sums / loss_mask.sum(-1).clamp_min(1.0)).sum() / num_seqs
+        return (seq_sums / tokens_per_seq.clamp_min(1.0)).sum() / global_batch_size * dp_size
+    loss = seq_sums.sum() / global_batch_size * dp_size
     if loss_agg_mode == "seq-mean-token-sum-norm":
-        scale = loss_scale_factor if loss_scale_factor is not None else loss_mat.shape[-1]
-        return seq_sums.sum() / (num_seqs * scale)
-    raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}; choose one of {LOSS_AGG_MODES}")
+        loss = loss / (loss_scale_factor if loss_scale_factor is not None else loss_mat.shape[-1])
+    return loss
+
+
+def _require_global(dp_size: int, name: str) -> None:
+    if dp_size > 1:
+        raise ValueError(f"agg_loss: the global {name} is required when dp_size > 1")
 
 
 def compute_value_loss(

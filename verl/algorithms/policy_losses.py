@@ -1,9 +1,10 @@
 """Policy losses, one registered function each.
 
 Every loss takes ``old_log_prob``, ``log_prob``, ``advantages``, ``response_mask`` (batch,
-response_length), ``loss_agg_mode``, ``config`` (a `LossContext`: clip ranges, global counts, loss
-options) and ``rollout_is_weights`` (optional per-token importance weights), and returns
-``(loss, metrics)``. Names and signatures are verl's.
+response_length), ``loss_agg_mode``, ``config`` (verl's ``ActorConfig`` or anything shaped like it, e.g. a
+`LossContext`: clip ranges, ``global_batch_info``, loss options; None = the defaults) and
+``rollout_is_weights`` (optional per-token importance weights), and returns ``(loss, metrics)``: names,
+signatures, return shapes and metric names are verl 0.9's (``verl/trainer/ppo/core_algos.py``).
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ import torch
 
 from verl.algorithms.core import masked_mean
 from verl.algorithms.policy_loss_base import (
-    DEFAULT_CONTEXT,
     POLICY_LOSS_REGISTRY,
     LossContext,
     aggregate_pg_losses,
+    clip_range,
     get_policy_loss_fn,
     register_policy_loss,
+    resolve_config,
+    sapo_taus,
 )
 
 # Clip-Cov, KL-Cov and GMPO live in a second module (importing it registers them); it imports only
@@ -38,7 +41,7 @@ def compute_policy_loss_vanilla(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: LossContext = DEFAULT_CONTEXT,
+    config: Any = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """PPO clipped surrogate with dual clip (Schulman et al. 2017, arXiv 1707.06347; Ye et al. 2019,
@@ -48,7 +51,8 @@ def compute_policy_loss_vanilla(
     for A < 0 the loss is further capped: L = min(L_clip, −c·A) with c = ``clip_ratio_c`` > 1.
     ε_low/ε_high default to ``clip_ratio``; ε_high > ε_low is DAPO's clip-higher.
     """
-    eps_low, eps_high, clip_c = config.clip_ratio_low, config.clip_ratio_high, config.clip_ratio_c
+    config = resolve_config(config)
+    (eps_low, eps_high), clip_c = clip_range(config), getattr(config, "clip_ratio_c", 3.0)
     if clip_c <= 1.0:
         raise ValueError(f"clip_ratio_c must be > 1 for dual-clip PPO, got {clip_c}")
 
@@ -83,8 +87,8 @@ def compute_policy_loss_gspo(
     log_prob: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
-    loss_agg_mode: str = "token-mean",
-    config: LossContext = DEFAULT_CONTEXT,
+    loss_agg_mode: str = "seq-mean-token-mean",
+    config: Any = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """GSPO, Group Sequence Policy Optimization (Zheng et al. 2025, arXiv 2507.18071).
@@ -99,10 +103,12 @@ def compute_policy_loss_gspo(
     each token's log-likelihood gradient. With a per-sequence advantage this equals GSPO.
 
     The loss is always aggregated with ``seq-mean-token-mean`` (the paper's 1/G Σ_i 1/|y_i| Σ_t),
-    whatever ``loss_agg_mode`` says, as in verl; ``global_num_seqs`` is still honoured.
-    Metrics: ``actor/pg_clipfrac`` (fraction of tokens whose clipped branch is taken), ``actor/ppo_kl``.
+    whatever ``loss_agg_mode`` says, as in verl; the global batch size in ``global_batch_info`` is still
+    honoured. Metrics: ``actor/pg_clipfrac`` (fraction of tokens whose clipped branch is taken),
+    ``actor/ppo_kl``, ``actor/pg_clipfrac_lower`` (0, as verl).
     """
-    eps_low, eps_high = config.clip_ratio_low, config.clip_ratio_high
+    config = resolve_config(config)
+    eps_low, eps_high = clip_range(config)
     negative_approx_kl = log_prob - old_log_prob
     seq_log_ratio = masked_mean(negative_approx_kl, response_mask, dim=-1)  # s_i, (batch,)
     log_ratio = seq_log_ratio.detach().unsqueeze(-1) + log_prob - log_prob.detach()
@@ -115,7 +121,8 @@ def compute_policy_loss_gspo(
     ppo_kl = masked_mean(-negative_approx_kl, response_mask)
 
     loss = aggregate_pg_losses(pg_losses, response_mask, "seq-mean-token-mean", config, rollout_is_weights)
-    return loss, {"actor/pg_clipfrac": pg_clipfrac.item(), "actor/ppo_kl": ppo_kl.item()}
+    metrics = {"actor/pg_clipfrac": pg_clipfrac.item(), "actor/ppo_kl": ppo_kl.item()}
+    return loss, {**metrics, "actor/pg_clipfrac_lower": 0.0}
 
 
 @register_policy_loss("sapo")
@@ -124,8 +131,8 @@ def compute_policy_loss_sapo(
     log_prob: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
-    loss_agg_mode: str = "token-mean",
-    config: LossContext = DEFAULT_CONTEXT,
+    loss_agg_mode: str = "seq-mean-token-mean",
+    config: Any = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """SAPO, Soft Adaptive Policy Optimization (Gao et al. 2025, arXiv 2511.20347).
@@ -137,9 +144,11 @@ def compute_policy_loss_sapo(
     policy gradient, since f'(1)·1 = 4·σ(0)(1−σ(0)) = 1) and it decays smoothly as ρ leaves 1; a larger
     τ for negative advantages damps them faster. The loss is always aggregated with
     ``seq-mean-token-mean`` (as verl and the paper's per-sequence average), whatever ``loss_agg_mode``
-    says; ``global_num_seqs`` is still honoured. Metrics: ``actor/ppo_kl`` (no clipping to report).
+    says; the global batch size in ``global_batch_info`` is still honoured. Metrics: ``actor/ppo_kl``;
+    ``actor/pg_clipfrac`` and ``actor/pg_clipfrac_lower`` are 0 (no clipping to report), as verl.
     """
-    tau_pos, tau_neg = float(config.tau_pos), float(config.tau_neg)
+    config = resolve_config(config)
+    tau_pos, tau_neg = sapo_taus(config)
     negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
     ratio = torch.exp(negative_approx_kl)
     tau = torch.where(
@@ -152,7 +161,7 @@ def compute_policy_loss_sapo(
     ppo_kl = masked_mean(-negative_approx_kl, response_mask)
 
     loss = aggregate_pg_losses(pg_losses, response_mask, "seq-mean-token-mean", config, rollout_is_weights)
-    return loss, {"actor/ppo_kl": ppo_kl.item()}
+    return loss, {"actor/pg_clipfrac": 0.0, "actor/ppo_kl": ppo_kl.item(), "actor/pg_clipfrac_lower": 0.0}
 
 
 @register_policy_loss("gpg")
@@ -162,18 +171,20 @@ def compute_policy_loss_gpg(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: LossContext = DEFAULT_CONTEXT,
+    config: Any = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """GPG, Group Policy Gradient (Chu et al. 2025, arXiv 2504.02546).
 
     L = −logπ·A: the plain REINFORCE surrogate, no importance ratio and no clipping (GPG argues the
     surrogate is unnecessary on-policy). Aggregated by ``loss_agg_mode``.
-    Metrics: ``actor/ppo_kl`` (mean of logπ_old − logπ, for monitoring only; the loss ignores it).
+    Metrics: ``actor/ppo_kl`` (mean of logπ_old − logπ, for monitoring only; the loss ignores it; verl
+    returns no metrics for GPG).
     """
     pg_losses = -log_prob * advantages
     ppo_kl = masked_mean(-(log_prob - old_log_prob), response_mask)
 
+    config = resolve_config(config)
     loss = aggregate_pg_losses(pg_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
     return loss, {"actor/ppo_kl": ppo_kl.item()}
 
@@ -185,7 +196,7 @@ def compute_policy_loss_cispo(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: LossContext = DEFAULT_CONTEXT,
+    config: Any = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """CISPO, Clipped IS-weight Policy Optimization (MiniMax-M1, arXiv 2506.13585).
@@ -196,9 +207,10 @@ def compute_policy_loss_cispo(
     logπ) — unlike PPO, which drops clipped tokens; the weight only bounds its size. Aggregated by
     ``loss_agg_mode`` (the paper normalises by the token count: ``token-mean``).
     Metrics: ``actor/pg_clipfrac`` (fraction of tokens whose weight was clipped, either side),
-    ``actor/ppo_kl``.
+    ``actor/ppo_kl``, ``actor/pg_clipfrac_lower`` (0, as verl).
     """
-    eps_low, eps_high = config.clip_ratio_low, config.clip_ratio_high
+    config = resolve_config(config)
+    eps_low, eps_high = clip_range(config)
     negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
     ratio = torch.exp(negative_approx_kl)
     clipped_ratio = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
@@ -207,7 +219,8 @@ def compute_policy_loss_cispo(
     ppo_kl = masked_mean(-negative_approx_kl, response_mask)
 
     loss = aggregate_pg_losses(pg_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
-    return loss, {"actor/pg_clipfrac": pg_clipfrac.item(), "actor/ppo_kl": ppo_kl.item()}
+    metrics = {"actor/pg_clipfrac": pg_clipfrac.item(), "actor/ppo_kl": ppo_kl.item()}
+    return loss, {**metrics, "actor/pg_clipfrac_lower": 0.0}
 
 
 __all__ = [

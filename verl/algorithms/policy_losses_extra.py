@@ -13,10 +13,11 @@ import torch
 
 from verl.algorithms.core import agg_loss, masked_mean
 from verl.algorithms.policy_loss_base import (
-    DEFAULT_CONTEXT,
-    LossContext,
     aggregate_pg_losses,
+    batch_info,
+    clip_range,
     register_policy_loss,
+    resolve_config,
 )
 
 
@@ -33,7 +34,7 @@ def compute_policy_loss_clip_cov(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: LossContext = DEFAULT_CONTEXT,
+    config: Any = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Clip-Cov (Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs", arXiv 2505.22617).
@@ -52,7 +53,8 @@ def compute_policy_loss_clip_cov(
     Metrics: ``actor/pg_clipfrac`` is, as in verl, the fraction of valid tokens whose gradient Clip-Cov
     removed (not the PPO clip fraction); ``actor/ppo_kl``.
     """
-    eps_low, eps_high = config.clip_ratio_low, config.clip_ratio_high
+    config = resolve_config(config)
+    eps_low, eps_high = clip_range(config)
     options = config.policy_loss
     clip_cov_ratio, clip_cov_lb, clip_cov_ub = (
         options.clip_cov_ratio,
@@ -75,7 +77,8 @@ def compute_policy_loss_clip_cov(
     keep = torch.ones_like(ratio, dtype=torch.bool)
     if len(candidates) > 0:
         num_clip = min(max(int(clip_cov_ratio * valid.sum().item()), 1), len(candidates))
-        generator = None if config.seed is None else torch.Generator().manual_seed(int(config.seed))
+        seed = getattr(config, "seed", None)
+        generator = None if seed is None else torch.Generator().manual_seed(int(seed))
         chosen = candidates[torch.randperm(len(candidates), generator=generator)[:num_clip].to(cov.device)]
         keep[chosen[:, 0], chosen[:, 1]] = False
     corr = keep.to(ratio.dtype)  # built without autograd: a constant 0/1 factor
@@ -93,7 +96,7 @@ def compute_policy_loss_kl_cov(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: LossContext = DEFAULT_CONTEXT,
+    config: Any = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """KL-Cov (Cui et al. 2025, arXiv 2505.22617).
@@ -109,6 +112,7 @@ def compute_policy_loss_kl_cov(
     call, i.e. per micro-batch, as in verl. Aggregated by ``loss_agg_mode``.
     Metrics: ``actor/ppo_kl`` is, as in verl, the masked mean of |Δ| (not of −Δ); no clip fraction.
     """
+    config = resolve_config(config)
     kl_cov_ratio, ppo_kl_coef = config.policy_loss.kl_cov_ratio, config.policy_loss.ppo_kl_coef
     if kl_cov_ratio <= 0:
         raise ValueError(f"kl_cov_ratio must be > 0, got {kl_cov_ratio}")
@@ -142,12 +146,12 @@ def compute_policy_loss_geo_mean(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
-    config: LossContext = DEFAULT_CONTEXT,
+    config: Any = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """GMPO, Geometric-Mean Policy Optimization (Zhao et al. 2025, arXiv 2507.20673).
 
-    Δ = clip(logπ − logπ_old, −20, 20);  per token, sign-aware (pessimistic) clipping in log space:
+    Δ = clip(logπ − logπ_old, −20, 20) (verl leaves Δ unclamped: the same numbers while |Δ| < 20);  per token, sign-aware (pessimistic) clipping in log space:
     Δ̃ = sgn(A)·min(sgn(A)·Δ, sgn(A)·clip(Δ, −ε_low, ε_high)), i.e. Δ is capped at ε_high when A > 0
     and floored at −ε_low when A < 0 (the other side is left alone, as in PPO);
     r_i = exp(mean_t Δ̃_i,t) (the geometric mean of the token ratios);  Ā_i = mean_t A_i,t;
@@ -158,14 +162,17 @@ def compute_policy_loss_geo_mean(
     sequence (GRPO-style). ε are log-space bounds: ``clip_ratio_low``/``clip_ratio_high`` falling back to
     ``clip_ratio`` (the paper's range is (e^−0.4, e^0.4); verl's GMPO recipe sets
     clip_ratio_low = clip_ratio_high = 0.4 explicitly — an actor config with the PPO ``clip_ratio`` 0.2
-    gives 0.2 unless they are set). ``loss_agg_mode`` is ignored: the loss is a mean over sequences,
-    divided by ``global_num_seqs`` when given. ``rollout_is_weights`` enter per sequence as the
+    gives 0.2 unless they are set). ``loss_agg_mode`` is ignored: the loss is a mean over sequences; with
+    ``global_batch_info`` it is Σ_i L_i / ``global_batch_size`` · ``dp_size`` (verl takes the mean over the
+    call's rows whatever the global counts say: the same number when each rank's micro-batch is the whole of
+    its equal share of the mini-batch, and micro-batch invariant here when it is not). ``rollout_is_weights`` enter per sequence as the
     geometric mean of the token weights, as in verl.
     Metrics: ``actor/pg_clipfrac`` / ``actor/pg_clipfrac_lower``: fraction of valid tokens whose
     log-ratio was actually clipped with A > 0 / A < 0 (verl counts tokens outside the range even on
     the unclipped side); ``actor/ppo_kl``.
     """
-    eps_low, eps_high = config.clip_ratio_low, config.clip_ratio_high
+    config = resolve_config(config)
+    eps_low, eps_high = clip_range(config)
 
     negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
     ppo_kl = masked_mean(-negative_approx_kl, response_mask)
@@ -179,12 +186,15 @@ def compute_policy_loss_geo_mean(
     if rollout_is_weights is not None:
         log_w = torch.log(rollout_is_weights + 1e-10)
         pg_losses = pg_losses * torch.exp(masked_mean(log_w, response_mask, dim=-1))
-    # One "token" per sequence: seq-mean-token-sum gives Σ_i L_i / (global_num_seqs or batch size).
+    # One "token" per sequence: seq-mean-token-sum gives Σ_i L_i / G · D (G = the global batch size, or
+    # this call's rows; D = dp_size).
+    info = batch_info(config)
     loss = agg_loss(
         pg_losses.unsqueeze(-1),
         torch.ones_like(pg_losses).unsqueeze(-1),
         "seq-mean-token-sum",
-        global_num_seqs=config.global_num_seqs,
+        dp_size=info.get("dp_size", 1),
+        global_batch_size=info.get("global_batch_size"),
     )
 
     clipped = (log_ratio != negative_approx_kl).float()

@@ -95,15 +95,18 @@ def role_compute_dtype(
     fsdp_cfg: Any, *, device: torch.device, weights_dtype: torch.dtype, sharded: bool, key: str
 ) -> ComputeDtype:
     """The autocast dtype of one role's scorer. FSDP2 (``sharded``) applies ``param_dtype`` itself through
-    its MixedPrecisionPolicy (unset on a CPU: the weights' dtype), so its scorer does not autocast."""
-    if sharded:
-        return ComputeDtype(None, f"{key}.mixed_precision: FSDP2's mixed-precision policy")
-    return choose_compute_dtype(
+    its MixedPrecisionPolicy (chosen alike: `verl.workers.engine.fsdp.mixed_precision`), so its scorer does
+    not autocast."""
+    choice = choose_compute_dtype(
         fsdp_cfg.mixed_precision.param_dtype,
         device=device,
         weights_dtype=weights_dtype,
         key=f"{key}.mixed_precision.param_dtype",
     )
+    if sharded:
+        policy = choice.describe("FSDP2's mixed-precision policy")
+        return ComputeDtype(None, f"{key}.mixed_precision: {policy}")
+    return choice
 
 
 def rollout_compute_dtype(
@@ -124,14 +127,13 @@ def actor_compute_line(config: Any) -> str:
 
     key = "actor_rollout_ref.actor.fsdp_config"
     arr = config.actor_rollout_ref
-    sharded = training_strategy(config) == "fsdp2"
-    if sharded:
-        return f"actor computes in {arr.actor.fsdp_config.mixed_precision.param_dtype or 'FSDP2 default'} ({key})"
-    choice = role_compute_dtype(
-        arr.actor.fsdp_config,
+    choice = choose_compute_dtype(
+        arr.actor.fsdp_config.mixed_precision.param_dtype,
         device=resolve_device(config.trainer.device),
         weights_dtype=resolve_dtype(arr.model.torch_dtype),
-        sharded=sharded,
-        key=key,
+        key=f"{key}.mixed_precision.param_dtype",
     )
-    return choice.describe("actor")
+    line = choice.describe("actor")
+    if training_strategy(config) == "fsdp2":
+        line += "; FSDP2 gathers the weights in it (MixedPrecisionPolicy)"
+    return line

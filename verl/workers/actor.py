@@ -87,8 +87,12 @@ def zero_advantage_rows(data: DataProto) -> torch.Tensor:
 def loss_context(
     actor_cfg: Any, clip_scale: float, global_num_tokens: float, global_num_seqs: float
 ) -> LossContext:
-    """The `LossContext` of one mini-batch: the actor config's loss settings, the clip ranges scaled by the
-    clip-ratio schedule (``clip_scale``), and the mini-batch's global counts."""
+    """The `LossContext` of one mini-batch, the ``config`` every policy loss receives, shaped like verl's
+    ``ActorConfig``: the actor config's loss settings, the clip ranges scaled by the clip-ratio schedule
+    (``clip_scale``), and in ``global_batch_info`` verl's four values for this mini-batch: ``dp_size`` (the
+    data-parallel ranks), ``batch_num_tokens`` (valid response tokens of the global mini-batch, summed over
+    the ranks), ``global_batch_size`` (its sequences, likewise) and ``loss_scale_factor``. Other attributes
+    a loss written for verl reads (``config.entropy_coeff``) come from the actor config."""
     options = actor_cfg.policy_loss
     clip_ratio = actor_cfg.clip_ratio
     low = actor_cfg.clip_ratio_low if actor_cfg.clip_ratio_low is not None else clip_ratio
@@ -102,9 +106,24 @@ def loss_context(
         loss_scale_factor=actor_cfg.loss_scale_factor,
         global_num_tokens=global_num_tokens,
         global_num_seqs=global_num_seqs,
+        dp_size=dp_world_size(),
         tau_pos=options.tau_pos,
         tau_neg=options.tau_neg,
         policy_loss=options,
+        actor=actor_cfg,
+    )
+
+
+def policy_loss_result(result: Any, loss_fn: Any) -> tuple[torch.Tensor, dict[str, Any]]:
+    """``(loss, metrics)`` as a policy loss returns it in verl 0.9; anything else (e.g. verl's older
+    ``(loss, clipfrac, ppo_kl, clipfrac_lower)``) is a TypeError naming the function."""
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
+        return result
+    name = getattr(loss_fn, "__qualname__", repr(loss_fn))
+    raise TypeError(
+        f"policy loss {name} returned {type(result).__name__}"
+        f"{f' of {len(result)} items' if isinstance(result, tuple) else ''}; a policy loss returns "
+        "(loss, metrics dict), as in verl 0.9"
     )
 
 
@@ -219,6 +238,7 @@ class Actor(TrainedModel):
             no_gradient=zero_advantage_rows if skip else None,
             # On-policy the ratio is 1, so a skipped row's ppo_kl and clip fractions are exactly 0.
             metrics_need_forward=use_entropy or "old_log_probs" in data.batch,
+            loss_includes_dp_size=True,  # the losses aggregate with global_batch_info["dp_size"], as verl's
         )
 
     def micro_batch_loss(
@@ -230,8 +250,9 @@ class Actor(TrainedModel):
         use_entropy: bool,
         bypass_correction: Any = None,
     ) -> torch.Tensor:
-        """The loss to backward for one micro-batch (its share of the mini-batch loss): policy loss, minus
-        the entropy bonus, plus the KL loss; adds the micro-batch's share of each metric into ``metrics``."""
+        """The loss to backward for one micro-batch: policy loss, minus the entropy bonus, plus the KL loss,
+        each aggregated with ``context.global_batch_info`` (verl's convention: this rank's share of the global
+        mini-batch loss times ``dp_size``); adds the micro-batch's share of each metric into ``metrics``."""
         cfg = self.config
         mask = micro.batch["response_mask"]
         share = share_of_tokens(mask, context.global_num_tokens)
@@ -245,31 +266,36 @@ class Actor(TrainedModel):
             loss_fn, loss_mask, weights = self._bypass_correction(
                 bypass_correction, log_prob, old_log_prob, mask, metrics, share
             )
-        pg_loss, pg_metrics = loss_fn(
-            old_log_prob=old_log_prob,
-            log_prob=log_prob,
-            advantages=micro.batch["advantages"],
-            response_mask=loss_mask,
-            loss_agg_mode=context.loss_agg_mode,
-            config=context,
-            rollout_is_weights=weights,
+        # verl's call: keyword arguments, a bool mask, the verl-shaped context as ``config``.
+        pg_loss, pg_metrics = policy_loss_result(
+            loss_fn(
+                old_log_prob=old_log_prob,
+                log_prob=log_prob,
+                advantages=micro.batch["advantages"],
+                response_mask=loss_mask.bool(),
+                loss_agg_mode=context.loss_agg_mode,
+                config=context,
+                rollout_is_weights=weights,
+            ),
+            loss_fn,
         )
         loss = pg_loss
         if use_entropy:
             entropy_loss = agg_loss(entropy, mask, context.loss_agg_mode, **context.global_batch_info)
             if cfg.entropy_coeff != 0:
                 loss = loss - cfg.entropy_coeff * entropy_loss
-            metrics["actor/entropy"] += entropy_loss.item()
+            metrics["actor/entropy"] += entropy_loss.item() / context.dp_size
         if cfg.use_kl_loss:
             kl = kl_penalty(log_prob, micro.batch["ref_log_prob"], cfg.kl_loss_type)
             kl_loss = agg_loss(kl, mask, context.loss_agg_mode, **context.global_batch_info)
             loss = loss + cfg.kl_loss_coef * kl_loss
-            metrics["actor/kl_loss"] += kl_loss.item()
-        # Losses are already normalised by mini-batch counts, so their micro-batch values add up; the
-        # per-token means of the loss function are weighted by this micro-batch's share of the tokens.
-        metrics["actor/pg_loss"] += pg_loss.item()
+            metrics["actor/kl_loss"] += kl_loss.item() / context.dp_size
+        # Losses are already normalised by mini-batch counts, so their micro-batch values add up (over the
+        # ranks too, once the dp_size factor is taken out); the per-token means of the loss function are
+        # weighted by this micro-batch's share of the tokens.
+        metrics["actor/pg_loss"] += pg_loss.item() / context.dp_size
         for k, v in pg_metrics.items():
-            metrics[k] += v * share
+            metrics[k] += float(v) * share
         return loss
 
     def _bypass_correction(

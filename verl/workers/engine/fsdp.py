@@ -60,20 +60,29 @@ def device_mesh(fsdp_size: int, device: torch.device) -> DeviceMesh:
     return init_device_mesh(device.type, (world // fsdp_size, fsdp_size), mesh_dim_names=("ddp", "fsdp"))
 
 
-def mixed_precision(fsdp_cfg: Any, device: torch.device, key: str) -> MixedPrecisionPolicy:
+def mixed_precision(
+    fsdp_cfg: Any, device: torch.device, key: str, weights_dtype: torch.dtype = torch.float32
+) -> MixedPrecisionPolicy:
     """``fsdp_config.mixed_precision``: the dtype of the gathered parameters (forward and backward) and
     of the gradient reduction; the sharded parameters, and so the optimizer, stay in their own dtype.
 
-    ``param_dtype`` None is verl's bf16 on a GPU and the weights' own dtype on a CPU (bf16 matrix
-    products are slow on CPUs without bf16 units, and change what a small run learns)."""
+    ``param_dtype`` None is chosen as strategy dp chooses it (`verl.utils.precision.choose_compute_dtype`):
+    verl's bf16 on a GPU; on a CPU bf16 where it has bf16 instructions (AMX / avx512_bf16) and the kernels
+    are not capped below them, the weights' own dtype elsewhere (there bf16 matrix products are emulated,
+    several times slower than fp32)."""
+    from verl.utils.precision import choose_compute_dtype
+
     mp = fsdp_cfg.mixed_precision
-    param = mp.param_dtype
-    if param is None:
-        param_dtype = torch.bfloat16 if device.type == "cuda" else None
-    else:
-        param_dtype = resolve_dtype(param, f"{key}.mixed_precision.param_dtype")
+    param_dtype = choose_compute_dtype(
+        mp.param_dtype, device=device, weights_dtype=weights_dtype, key=f"{key}.mixed_precision.param_dtype"
+    ).dtype
     reduce_dtype = resolve_dtype(mp.reduce_dtype, f"{key}.mixed_precision.reduce_dtype")
     return MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+
+
+def _weights_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype of the first floating-point parameter (float32 when there is none)."""
+    return next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
 
 
 def layer_classes(hf_model: torch.nn.Module, fsdp_cfg: Any) -> set[str]:
@@ -98,7 +107,7 @@ def shard(
     options = {
         "mesh": device_mesh(fsdp_cfg.fsdp_size, device),
         "reshard_after_forward": bool(fsdp_cfg.reshard_after_forward),
-        "mp_policy": mixed_precision(fsdp_cfg, device, key),
+        "mp_policy": mixed_precision(fsdp_cfg, device, key, _weights_dtype(hf_model)),
     }
     if fsdp_cfg.offload_policy:
         if device.type != "cuda":

@@ -9,7 +9,8 @@ adds its shares of the mini-batch's metrics). Everything else is here, once:
 - the real-token and sequence counts of each GLOBAL mini-batch, summed over the ranks, so that
   micro-batch losses normalised by them add up to the global mini-batch's loss;
 - micro-batches by rows or by token budget, gradients accumulated without DDP's all-reduce until
-  the last one; each backward scaled by the world size (DDP averages, the loss is a share of a sum);
+  the last one; each backward scaled by the world size (DDP averages, the loss is a share of a sum),
+  unless the role's loss already is (verl's ``agg_loss(..., dp_size=...)``: the actor's);
 - the metric shares summed over the ranks, gradient clipping with the non-finite skip, the LR schedule.
 
 Data parallel with torch.distributed when a process group is up (see `verl.workers.engine.distributed`):
@@ -80,6 +81,9 @@ class RoleUpdate(Generic[C]):
     metrics_need_forward: bool = True
     """with ``no_gradient``: the skipped rows' metric shares are not all zero, so they get a forward pass
     without a graph"""
+    loss_includes_dp_size: bool = False
+    """the micro-batch loss is already multiplied by the data-parallel size (verl's convention, which the
+    actor's policy losses follow: ``global_batch_info["dp_size"]``), so the loop does not multiply again"""
 
 
 def run_update(model: TrainedModel, update: RoleUpdate[C]) -> dict[str, float]:
@@ -125,7 +129,7 @@ def _run_update(model: TrainedModel, update: RoleUpdate[C]) -> dict[str, float]:
                     loss = loss * 0.0
                 # The loss is this rank's share of the global mini-batch loss, and DDP AVERAGES gradients
                 # over the ranks; scaling by the world size turns that average into the sum.
-                (loss * dp_world_size()).backward()
+                (loss if update.loss_includes_dp_size else loss * dp_world_size()).backward()
         # Each rank holds its shares of the global mini-batch's metrics: their sum is the global value.
         for key, value in all_reduce_sum(shares).items():
             metrics[key].append(value)

@@ -98,13 +98,37 @@ class _HFDecoder(_Decoder):
         self.next_position = self.next_position[rows]
 
 
+_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
+
+
+def _adapters_mergeable(model: torch.nn.Module) -> bool:
+    """Whether every adapted module is a plain LoRA linear on one of the lean step's projections."""
+    for name, module in model.named_modules():
+        if (
+            hasattr(module, "modules_to_save")
+            or hasattr(module, "lora_embedding_A")
+            and module.lora_embedding_A
+        ):
+            return False
+        if not hasattr(module, "lora_A") or not module.lora_A:
+            continue
+        if name.rsplit(".", 1)[-1] not in _PROJECTIONS or not hasattr(module, "get_delta_weight"):
+            return False
+        if any(getattr(module, "use_dora", {}).values()) or any(getattr(module, "lora_bias", {}).values()):
+            return False
+        if not isinstance(module.get_base_layer(), torch.nn.Linear):
+            return False
+    return True
+
+
 def lean_decoder_supported(model: torch.nn.Module) -> bool:
     """Whether ``model`` is a plain Llama-style decoder the lean step reproduces exactly.
 
-    Not one with LoRA adapters (`verl.models.lora`): the lean step reads each projection's base weight
-    and would decode without the adapters; the model's own forward applies them.
+    With LoRA adapters (`verl.models.lora`) only when each one sits on a projection the lean step reads and
+    merges into a plain weight (``lean_weights.projection``): no DoRA, no LoRA bias, no adapted embedding,
+    no module peft trains whole (``modules_to_save``); the model's own forward applies the others.
     """
-    if has_adapters(model):
+    if has_adapters(model) and not _adapters_mergeable(model):
         return False
     config = getattr(model, "config", None)
     if config is None or getattr(config, "model_type", None) not in _LEAN_MODEL_TYPES:

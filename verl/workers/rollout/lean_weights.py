@@ -44,17 +44,21 @@ class _Linear:
     __slots__ = ("weight", "bias", "parts", "onednn", "compute_dtype")
 
     def __init__(
-        self, linears: list[torch.nn.Linear], matmul: str, fuse: bool, compute_dtype: torch.dtype | None
+        self,
+        projections: list[tuple[torch.Tensor, torch.Tensor | None]],
+        matmul: str,
+        fuse: bool,
+        compute_dtype: torch.dtype | None,
     ) -> None:
         self.onednn = matmul != "torch"
         self.compute_dtype = compute_dtype if self.onednn else None  # F.linear: autocast casts it
         self.parts = None
-        if len(linears) > 1 and not fuse and matmul != "packed":
-            self.parts = [_Linear([lin], matmul, False, compute_dtype) for lin in linears]
+        if len(projections) > 1 and not fuse and matmul != "packed":
+            self.parts = [_Linear([p], matmul, False, compute_dtype) for p in projections]
             self.weight = self.bias = None
             return
-        weight = linears[0].weight if len(linears) == 1 else torch.cat([lin.weight for lin in linears])
-        bias = _concat_bias(linears)
+        weight = projections[0][0] if len(projections) == 1 else torch.cat([w for w, _ in projections])
+        bias = _concat_bias(projections)
         weight = weight.detach()
         if self.compute_dtype is not None:
             weight = weight.to(self.compute_dtype)
@@ -73,13 +77,35 @@ class _Linear:
         return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
 
 
-def _concat_bias(linears: list[torch.nn.Linear]) -> torch.Tensor | None:
-    if all(lin.bias is None for lin in linears):
+def _concat_bias(projections: list[tuple[torch.Tensor, torch.Tensor | None]]) -> torch.Tensor | None:
+    if all(bias is None for _, bias in projections):
         return None
-    if len(linears) == 1:
-        return linears[0].bias.detach()
-    biases = [lin.weight.new_zeros(lin.out_features) if lin.bias is None else lin.bias for lin in linears]
+    if len(projections) == 1:
+        return projections[0][1].detach()
+    biases = [weight.new_zeros(weight.shape[0]) if bias is None else bias for weight, bias in projections]
     return torch.cat(biases).detach()
+
+
+def projection(module: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The weight and bias a projection computes with: an ``nn.Linear``'s own, or for a peft LoRA layer its
+    base weight with each active adapter's ``B @ A * alpha / r`` added (peft's ``get_delta_weight``), in
+    float32 whatever autocast is on, so the decode rounds the merged weight once. Nothing is added while
+    the adapters are disabled (the reference policy) or already merged into the base weight."""
+    base = module.get_base_layer() if hasattr(module, "get_base_layer") else module
+    weight = base.weight
+    adapters = getattr(module, "lora_A", None)
+    if adapters is not None and not module.disable_adapters and not module.merged:
+        with torch.autocast(weight.device.type, enabled=False):
+            deltas = [module.get_delta_weight(name) for name in module.active_adapters if name in adapters]
+        if deltas:
+            weight = weight.detach().float() + sum(d.float() for d in deltas)
+            weight = weight.to(base.weight.dtype)
+    return weight, base.bias
+
+
+def adapted(module: torch.nn.Module) -> bool:
+    """Whether ``module`` is a peft LoRA layer (its decode weight is a merged copy)."""
+    return hasattr(module, "lora_A")
 
 
 @dataclass
@@ -114,7 +140,8 @@ class LeanWeights:
     else ``onednn``, ``torch`` where this torch has no oneDNN"""
     pack_limit_bytes = 256 * 2**20
     """prepack models whose projections take up to this much (the 4M model: 16 MB; SmolLM2-135M's 0.5 GB
-    is not copied: ``onednn`` over its own weights)"""
+    is not copied: ``onednn`` over its own weights), and any model the decode copies anyway (LoRA adapters
+    merged in, or weights cast to the autocast dtype)"""
     fuse_limit_bytes = 64 * 2**20
     """fuse q/k/v and gate/up (a copy) when those weights take up to this much (~16M fp32 parameters):
     one matmul instead of three / two saves ~20% of a step while per-op overhead dominates (1M model:
@@ -136,46 +163,51 @@ class LeanWeights:
             )
             for layer in inner.layers
         ]
-        nbytes = [
-            [lin.weight.numel() * lin.weight.element_size() for lin in group] for group in layers_linears
-        ]
+        merged = [
+            [projection(lin) for lin in group] for group in layers_linears
+        ]  # once: merging costs a matmul
+        nbytes = [[w.numel() * w.element_size() for w, _ in group] for group in merged]
         all_bytes = sum(map(sum, nbytes)) + model.lm_head.weight.numel() * model.lm_head.weight.element_size()
         fused_bytes = sum(b[0] + b[1] + b[2] + b[4] + b[5] for b in nbytes)
         dtype = compute_dtype or model.lm_head.weight.dtype
+        # The decode computes from a copy anyway when adapters are merged in or autocast casts the weights:
+        # then packing that copy costs nothing extra.
+        copied = (
+            any(adapted(lin) for group in layers_linears for lin in group) or dtype != merged[0][0][0].dtype
+        )
         matmul = cls.matmul_override
         if matmul is None:
             on_cpu = model.lm_head.weight.device.type == "cpu"  # oneDNN's ops here are CPU kernels
             if not on_cpu or not onednn_linear_available() or dtype not in (torch.float32, torch.bfloat16):
                 matmul = "torch"
             else:
-                matmul = "packed" if all_bytes <= cls.pack_limit_bytes else "onednn"
+                matmul = "packed" if copied or all_bytes <= cls.pack_limit_bytes else "onednn"
         if matmul not in MATMULS:
             raise ValueError(f"matmul {matmul!r}: one of {MATMULS}")
         fuse = matmul == "packed" or fused_bytes <= cls.fuse_limit_bytes
 
-        def linear(*linears: torch.nn.Linear) -> _Linear:
-            return _Linear(list(linears), matmul, fuse, compute_dtype)
+        def linear(*projections: tuple[torch.Tensor, torch.Tensor | None]) -> _Linear:
+            return _Linear(list(projections), matmul, fuse, compute_dtype)
 
         layers = []
-        for layer in inner.layers:
-            attn, mlp = layer.self_attn, layer.mlp
+        for layer, (q, k, v, o, gate, up, down) in zip(inner.layers, merged, strict=True):
             layers.append(
                 _LayerWeights(
                     ln1=layer.input_layernorm.weight,
                     ln1_eps=layer.input_layernorm.variance_epsilon,
-                    qkv=linear(attn.q_proj, attn.k_proj, attn.v_proj),
-                    o=linear(attn.o_proj),
+                    qkv=linear(q, k, v),
+                    o=linear(o),
                     ln2=layer.post_attention_layernorm.weight,
                     ln2_eps=layer.post_attention_layernorm.variance_epsilon,
-                    gate_up=linear(mlp.gate_proj, mlp.up_proj),
-                    down=linear(mlp.down_proj),
+                    gate_up=linear(gate, up),
+                    down=linear(down),
                 )
             )
         return cls(
             embed=inner.embed_tokens.weight,
             final_norm=inner.norm.weight,
             final_eps=inner.norm.variance_epsilon,
-            lm_head=linear(model.lm_head),
+            lm_head=linear(projection(model.lm_head)),
             layers=layers,
             matmul=matmul,
             fused=fuse,
