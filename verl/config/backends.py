@@ -42,7 +42,7 @@ COMPUTE_DTYPE_LEAF = "mixed_precision.param_dtype"
 """the fsdp_config key every strategy reads: the dtype a role computes in (`verl.utils.precision`)"""
 DTYPE_NAMES = ("fp32", "float32", "bf16", "bfloat16", "fp16", "float16")
 """dtype names a config accepts (verl's short ones and torch's; verl.models.loading.DTYPES)"""
-REWARD_MANAGERS_WITHOUT_OVERLONG = ("naive", "batch")
+REWARD_MANAGERS_WITHOUT_OVERLONG = ("naive", "batch", "limited")
 """built-in reward managers that do not apply ``reward_model.overlong_buffer`` (only ``dapo`` does)"""
 
 ROLLOUT = "actor_rollout_ref.rollout"
@@ -119,7 +119,7 @@ ROLLOUT_KEYS = (
 
 CALCULATE_LOG_PROBS = RolloutKey(
     "calculate_log_probs",
-    (False,),
+    (None, False),
     ("fast", "vllm", "sglang"),
     "returns the engine's log-probs with each response (rollout_log_probs), which fast, vllm and sglang always "
     "do",

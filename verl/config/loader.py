@@ -23,7 +23,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from verl.config.errors import ConfigError, short_repr
+from verl.config.errors import ConfigError, as_written, short_repr
 from verl.config.overrides import Override, nest, parse_override
 from verl.config.recipe_files import (
     BASE_KEY,
@@ -107,17 +107,52 @@ def _allows_null(field: _Field) -> bool:
     return field.type_ is Any or type(None) in typing.get_args(field.type_)
 
 
+Spellings = dict[str, dict[str, Any]]
+"""our key -> {the key a source spelled it with: the value given}, over one source (a file, the command line)"""
+
+
+def _check_spellings(spellings: Spellings, target: str, where: str) -> None:
+    """Two spellings of one setting (verl's new key and its legacy alias, e.g. ``reward.reward_model.enable``
+    and ``reward_model.enable``) given different values in one source: an error naming both. A null yields to
+    a value (verl's legacy aliases are null for "unset")."""
+    given = [(k, v) for k, v in spellings.get(target, {}).items() if v is not None]
+    for other, value in given[1:]:
+        if value != given[0][1]:
+            first, first_value = given[0]
+            raise ConfigError(
+                f"{where}{first}={as_written(first_value)} and {other}={as_written(value)} are two spellings of "
+                f"one setting ({target} here) with different values; keep one"
+            )
+
+
+def _note_spelling(found: Translation, spellings: Spellings, target: str, key: str, value: Any) -> None:
+    """Record that ``key`` set ``target``; a null is dropped when another spelling gave a value."""
+    spellings.setdefault(target, {})[key] = value
+    if value is None and any(v is not None for k, v in spellings[target].items() if k != key):
+        del found.ours[target]
+    elif value is not None and found.ours.get(target, value) is None:  # an earlier null in this source
+        found.ours[target] = value
+
+
 def _translate(
-    plain: Mapping[str, Any], schema: type, where: str, compat: dict[str, dict[str, Any]], *, explicit: bool
+    plain: Mapping[str, Any],
+    schema: type,
+    where: str,
+    compat: dict[str, dict[str, Any]],
+    *,
+    explicit: bool,
+    spellings: Spellings | None = None,
 ) -> dict:
     """Our part of a source (nested, for ``_check_keys``); verl's keys that are not ours go to ``compat``.
-    ``explicit``: a command-line override (else a config file, where verl writes null for "unset")."""
+    ``explicit``: a command-line override (else a config file, where verl writes null for "unset").
+    ``spellings``: what this source set so far, by our key (shared by the overrides of one command line)."""
     which = _compat_of(schema)
     if which is None:
         return dict(plain)
     config, rules = which
     fields = schema_fields(schema)
     found = Translation(ours={}, compat={})
+    spellings = {} if spellings is None else spellings
 
     def stop(key: str) -> bool:  # a value judged whole: a leaf of ours, or a verl mapping judged as one value
         return (key in fields and not fields[key].section) or stops_walk(key, rules, config)
@@ -127,8 +162,16 @@ def _translate(
             if value is None and not explicit and not fields[key].section and not _allows_null(fields[key]):
                 continue  # verl's files write null for "unset": the default here
             found.ours[key] = value
+            if not fields[key].section:
+                _note_spelling(found, spellings, key, key, value)
+                _check_spellings(spellings, key, where)
         elif not translate_leaf(key, value, rules, config, found, explicit=explicit):
             raise _unknown_key_error(key, schema, where)
+        else:
+            target = _renames_to(key, rules)
+            if target is not None and found.renamed.get(target) == key and target in found.ours:
+                _note_spelling(found, spellings, target, key, value)
+                _check_spellings(spellings, target, where)
     for section, entries in found.compat.items():
         for key in entries:  # the latest source decides a key, whichever section it was in before
             for other in compat.values():
@@ -206,13 +249,16 @@ def load_config(
             cfg = _merge(cfg, ours, schema, where)
 
     defaults = copy.deepcopy(cfg)
+    command_line: Spellings = {}  # one source: an alias and its new key set to different values is an error
     for text in overrides:
         ov = parse_override(text)
         where = f"override {text!r}: "
         if ov.op == "delete":
             _delete(cfg, ov, schema, compat, defaults)
             continue
-        ours = _translate(nest(ov.key, ov.value), schema, where, compat, explicit=True)
+        ours = _translate(
+            nest(ov.key, ov.value), schema, where, compat, explicit=True, spellings=command_line
+        )
         _check_keys(ours, schema, where)
         cfg = _merge(cfg, ours, schema, where)
 

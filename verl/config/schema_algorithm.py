@@ -30,7 +30,8 @@ class FilterGroupsConfig:
     enable: bool = False
     """drop groups whose responses all score the same and generate more until the batch is full"""
     metric: str = "seq_reward"
-    """what must vary within a group: seq_reward (the rule score) | a field the reward function returns (e.g. acc)"""
+    """what must vary within a group: seq_reward (the sequence's reward before the KL penalty; verl 0.9.1's
+    default, reward, is read as seq_reward) | a field the reward function returns (e.g. acc)"""
     max_num_gen_batches: int = 0
     """give up (with an error) after this many generation batches in one step; 0 = no limit"""
 

@@ -75,11 +75,14 @@ class RewardModelConfig:
     as every row's reward_model column holds its ground truth). [] = the rule score alone"""
 
     reward_manager: str = "naive"
-    """reward manager: naive | dapo (naive + overlong reward shaping)"""
+    """reward manager: naive | batch (one call per batch) | dapo (naive + overlong reward shaping) | limited
+    (verl's rate-limited manager: calls paced by max_rpm / max_tpm, a failed or timed-out call scored 0 and
+    flagged, whatever error_policy says; verl's reward.reward_manager.name)"""
     num_examine: int = 0
     """decoded samples per batch to print for inspection"""
     num_workers: int = 1
-    """reward workers (each batch is split across them); with trainer.backend=ray each is its own process"""
+    """reward workers (each batch is split across them); with trainer.backend=ray each is its own process
+    (verl's reward.num_workers)"""
     error_policy: str = "fail"
     """a reward function that raises, times out or returns NaN / inf / a non-number for a sample: fail (stop,
     naming the sample) | zero (log the sample, score it 0, flag it in the reward_error field: reward/errors)"""
@@ -87,6 +90,15 @@ class RewardModelConfig:
     """seconds one reward call may run (per sample; per batch for reward_manager=batch); a call that runs longer
     is a reward error naming the sample (handled per error_policy). null = no limit (a hung reward function then
     hangs the run). The call runs on a helper thread; a timed-out one is abandoned (Python cannot kill a
-    thread), and a scorer that needs the main thread (signal-based timeouts) needs null"""
+    thread), and a scorer that needs the main thread (signal-based timeouts) needs null. verl's reward.timeout
+    (its limited manager's limit, 300 s there by default)"""
+    max_rpm: Optional[int] = None
+    """reward_manager=limited: at most this many reward calls a minute per reward worker (verl's reward.max_rpm);
+    null = no limit"""
+    max_tpm: Optional[int] = None
+    """reward_manager=limited: at most this many tokens a minute per reward worker, each call counted as
+    estimated_tokens_per_request tokens (verl's reward.max_tpm); null = no limit"""
+    estimated_tokens_per_request: int = 2000
+    """reward_manager=limited: the tokens one reward call is counted as against max_tpm"""
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
     """DAPO overlong reward shaping (reward_manager=dapo)"""

@@ -13,9 +13,10 @@ from typing import Any, Optional
 class SeparateAsyncConfig:
     """``trainer.v1.separate_async``: the rollout on workers of its own, generating ahead of the trainer."""
 
-    num_warmup_batches: int = 1
+    num_warmup_batches: Any = 1
     """batches generated ahead of the one being trained: the samples trained at step s were drawn by the
-    policy of step s - num_warmup_batches (1 = one-step-off; 0 = as the synchronous trainer)"""
+    policy of step s - num_warmup_batches (1 = one-step-off; 0 = as the synchronous trainer). A whole number:
+    verl 0.9.1's fractional windows (1.5) are refused"""
     parameter_sync_step: Optional[int] = None
     """optimizer steps (mini-batches) per weight sync: data.train_batch_size / ppo_mini_batch_size here, so
     None takes it from the batch sizes; a number must equal it (verl's default 4 asks for exactly that)"""
@@ -26,20 +27,24 @@ class ColocateAsyncConfig:
     """``trainer.v1.colocate_async``: the actor's workers generate from a pool of generations; those unfinished
     when a batch is complete pause through the update and go on under the new weights."""
 
-    num_warmup_batches: int = 1
+    num_warmup_batches: Any = 1
     """batches of prompts in flight beyond the step's own: each batch is the first groups of the pool to
-    finish, so the slowest run on into later steps"""
+    finish, so the slowest run on into later steps. A whole number: verl 0.9.1's fractional windows (1.5) are
+    refused"""
 
 
 @dataclass
 class OffPolicySamplerConfig:
     """``trainer.v1.sampler``: how old a sample may be when it is trained."""
 
-    max_off_policy_threshold: int = 8
+    max_off_policy_threshold: Optional[int] = 8
     """the most policy versions between a sample's generation and its update (checked at start: the
-    pipeline's staleness is num_warmup_batches, which must stay below this)"""
+    pipeline's staleness is num_warmup_batches, which must stay below this); null = no bound (verl 0.9.1),
+    with a fixed pipeline depth only (the pool modes restart generations older than a number)"""
     max_off_policy_strategy: str = "drop"
-    """drop | wait (verl's; with a fixed pipeline depth no sample is ever older than the threshold)"""
+    """drop (an unfinished generation older than the threshold starts again under the current weights) | wait
+    (verl's: finish and train it instead; refused where generations can grow stale, colocate_async and streaming
+    separate_async; with a fixed pipeline depth no sample is ever older than the threshold)"""
 
 
 @dataclass

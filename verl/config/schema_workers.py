@@ -315,9 +315,10 @@ class RolloutConfig:
     """old log-prob pass: micro-batches by token count; None = actor.use_dynamic_bsz"""
     log_prob_max_token_len_per_gpu: Optional[int] = None
     """old log-prob pass: real tokens per micro-batch; None = actor.ppo_max_token_len_per_gpu"""
-    calculate_log_probs: bool = False
-    """return the engine's own log-probs with each response: the fast engine always does; true is refused with
-    an engine that cannot"""
+    calculate_log_probs: Optional[bool] = None
+    """return the engine's own log-probs with each response. null = on where the engine returns them (verl's
+    default since 0.9.0: fast, vllm and sglang always do; hf returns none); true is refused with an engine that
+    cannot"""
     micro_batch_size: Optional[int] = None
     """generation chunk size in prompts; None = the whole batch at once"""
     ignore_eos: bool = False

@@ -90,6 +90,36 @@ def _reward_errors(errors: list[str], cfg: DictConfig) -> None:
             "directory or hub id); got null"
         )
     term_config_problems(cfg, errors)
+    _reward_manager_errors(errors, reward)
+
+
+NOT_BUILT_REWARD_MANAGERS = {
+    "gdpo": "GDPO's per-term group normalisation of several rewards is not built here",
+    "remote": "scoring in Ray tasks of its own is not built here; reward_model.num_workers with "
+    "trainer.backend=ray scores in parallel worker processes (the same scores)",
+}
+"""verl's reward managers not built here, and why (a custom manager registered in code is looked up at start)"""
+
+
+def _reward_manager_errors(errors: list[str], reward: DictConfig) -> None:
+    """verl's managers not built here; the limited manager's rate limits, read by it alone."""
+    manager = reward.reward_manager
+    if manager in NOT_BUILT_REWARD_MANAGERS:
+        errors.append(
+            f"reward_model.reward_manager={manager}: {NOT_BUILT_REWARD_MANAGERS[manager]}; built here: naive, "
+            "batch, dapo, limited"
+        )
+    check_at_least(errors, "reward_model.max_rpm", reward.max_rpm, 1, null="no limit")
+    check_at_least(errors, "reward_model.max_tpm", reward.max_tpm, 1, null="no limit")
+    check_at_least(
+        errors, "reward_model.estimated_tokens_per_request", reward.estimated_tokens_per_request, 1
+    )
+    limits = [f"{k}={reward[k]}" for k in ("max_rpm", "max_tpm") if reward[k] is not None]
+    if limits and manager != "limited":
+        errors.append(
+            f"reward_model.{' and reward_model.'.join(limits)} has no effect with reward_model.reward_manager="
+            f"{manager}: the rate limits are the limited manager's (reward_model.reward_manager=limited)"
+        )
 
 
 def _trainer_errors(errors: list[str], cfg: DictConfig) -> None:

@@ -21,7 +21,15 @@ def async_errors(errors: list[str], cfg: DictConfig) -> None:
     check_choice(
         errors, f"{key}.sampler.max_off_policy_strategy", v1.sampler.max_off_policy_strategy, ("drop", "wait")
     )
-    check_at_least(errors, f"{key}.sampler.max_off_policy_threshold", v1.sampler.max_off_policy_threshold, 1)
+    check_at_least(
+        errors,
+        f"{key}.sampler.max_off_policy_threshold",
+        v1.sampler.max_off_policy_threshold,
+        1,
+        null="no bound",
+    )
+    if mode in ("separate_async", "colocate_async"):  # read only in its own mode, as in verl
+        _warmup_errors(errors, f"{key}.{mode}.num_warmup_batches", v1[mode].num_warmup_batches)
     fully = cfg.async_training
     check_at_least(errors, "async_training.staleness_threshold", fully.staleness_threshold, 0)
     check_at_least(errors, "async_training.require_batches", fully.require_batches, 1)
@@ -38,10 +46,9 @@ def async_errors(errors: list[str], cfg: DictConfig) -> None:
             f"async_training.require_batches={fully.require_batches}: here one ppo mini-batch is one optimizer "
             f"step; make {ARR}.actor.ppo_mini_batch_size {fully.require_batches}x larger instead"
         )
+    if mode == "colocate_async" or streaming:
+        _staleness_errors(errors, v1, f"{key}.trainer_mode={mode}" + (" with streaming" if streaming else ""))
     if mode == "colocate_async":
-        check_at_least(
-            errors, f"{key}.colocate_async.num_warmup_batches", v1.colocate_async.num_warmup_batches, 0
-        )
         if streaming:
             errors.append(
                 f"async_training.staleness_threshold={fully.staleness_threshold} is for trainer_mode="
@@ -60,9 +67,8 @@ def async_errors(errors: list[str], cfg: DictConfig) -> None:
 def _separate_async_errors(errors: list[str], cfg: DictConfig) -> None:
     """``trainer.v1.separate_async``: the depth against the staleness bound; the weight-sync period."""
     v1, key = cfg.trainer.v1, "trainer.v1"
-    ahead = v1.separate_async.num_warmup_batches
-    check_at_least(errors, f"{key}.separate_async.num_warmup_batches", ahead, 0)
-    if isinstance(ahead, int) and ahead >= v1.sampler.max_off_policy_threshold:
+    ahead, bound = v1.separate_async.num_warmup_batches, v1.sampler.max_off_policy_threshold
+    if isinstance(ahead, int) and isinstance(bound, int) and ahead >= bound:
         errors.append(
             f"{key}.separate_async.num_warmup_batches={ahead}: every sample would be {ahead} policy versions old, "
             f"at or past {key}.sampler.max_off_policy_threshold={v1.sampler.max_off_policy_threshold}"
@@ -89,4 +95,32 @@ def _separate_async_errors(errors: list[str], cfg: DictConfig) -> None:
             f"{sync_key}={sync_step}: the weights are synced once per RL step, after "
             f"data.train_batch_size / {ARR}.actor.ppo_mini_batch_size = {data.train_batch_size} / {mini} "
             "mini-batches; leave it null or make the product equal data.train_batch_size (verl's rule)"
+        )
+
+
+def _warmup_errors(errors: list[str], key: str, value: object) -> None:
+    """A whole number of batches >= 0; verl 0.9.1's fractional windows are refused with the reason."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        errors.append(f"{key} must be a whole number of batches >= 0; got {value!r}")
+    elif isinstance(value, float):  # an integral float was read as an int already
+        errors.append(
+            f"{key}={value}: a fractional window (verl 0.9.1: the whole batches plus floor(fraction x "
+            "data.train_batch_size) prompts) is not built here yet; give a whole number of batches"
+        )
+    else:
+        check_at_least(errors, key, value, 0)
+
+
+def _staleness_errors(errors: list[str], v1: DictConfig, where: str) -> None:
+    """The pool modes restart an unfinished generation older than the bound: a number, and strategy drop."""
+    sampler, key = v1.sampler, "trainer.v1.sampler"
+    if sampler.max_off_policy_threshold is None:
+        errors.append(
+            f"{key}.max_off_policy_threshold=null (no staleness bound) with {where}: the rollout pool here restarts "
+            "unfinished generations older than a bound; give a number (a large one keeps nearly every generation)"
+        )
+    if sampler.max_off_policy_strategy == "wait":
+        errors.append(
+            f"{key}.max_off_policy_strategy=wait with {where}: finishing a stale generation and training it "
+            "(verl's wait) is not built here; the rollout pool restarts it under the current weights (drop)"
         )

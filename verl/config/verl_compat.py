@@ -1,7 +1,7 @@
 """The original verl's config keys, read here: each works, maps onto a key of ours, or is reported.
 
 A verl launch script sets keys of verl's ``ppo_trainer.yaml`` (listed in ``verl_keys/ppo_trainer.json``, the
-union over verl releases v0.4.1 to 2026-11, written by ``scripts/extract_verl_keys.py``). Every one of them
+union over verl releases v0.4.1 to v0.9.1, written by ``scripts/extract_verl_keys.py``). Every one of them
 falls in exactly one of these cases:
 
 * **ours**: the key exists in our schema with verl's meaning;
@@ -38,6 +38,7 @@ from verl.config.verl_rules import FREE_FORM, HYDRA_GROUPS
 from verl.config.verl_rules_common import Rule
 from verl.config.verl_rules_ppo import PPO_RULES
 from verl.config.verl_rules_sft import SFT_RULES
+from verl.config.verl_values import hybrid_engine, read_verl_values
 from verl.utils.trackers import NOT_BUILT as TRACKERS_NOT_BUILT
 from verl.utils.trackers import missing_packages
 
@@ -46,8 +47,16 @@ KEYS_DIR = Path(__file__).resolve().parent / "verl_keys"
 
 @cache
 def verl_keys(config: str = "ppo_trainer") -> dict[str, dict[str, Any]]:
-    """verl's keys of one config (``ppo_trainer`` or ``sft_trainer``): default, first and last release."""
-    return json.loads((KEYS_DIR / f"{config}.json").read_text())
+    """verl's keys of one config (``ppo_trainer`` or ``sft_trainer``): default, first and last release.
+
+    ``<config>.json`` is the union of verl's generated configs (``scripts/extract_verl_keys.py``);
+    ``<config>_code.json`` adds the keys verl's code reads with ``.get`` that no generated config lists (the
+    ``limited`` reward manager's ``reward.timeout`` and rate limits, which verl's users add with ``+``)."""
+    keys = json.loads((KEYS_DIR / f"{config}.json").read_text())
+    code = KEYS_DIR / f"{config}_code.json"
+    if code.is_file():
+        keys.update(json.loads(code.read_text()))
+    return dict(sorted(keys.items()))
 
 
 def _matches(key: str, pattern: str) -> bool:
@@ -249,6 +258,9 @@ def apply_deferred(cfg: Any, deferred: dict[str, Any], no_effect: dict[str, Any]
                 deprecated[key] = value
             else:  # verl reads it only with resume_mode=resume_path
                 no_effect[key] = value
+        elif key == "actor_rollout_ref.hybrid_engine":
+            hybrid_engine(cfg, value)
+            no_effect[key] = value
         elif key.endswith("reward_kwargs.max_resp_len"):
             if value != cfg.data.max_response_length:
                 raise ConfigError(
@@ -366,6 +378,7 @@ def record_compat(cfg: Any, compat: dict[str, dict[str, Any]], config: str = "pp
         deprecated.update(apply_sft_deferred(cfg, compat.get("deferred", {})))
     else:
         check_ranks(cfg)
+        read_verl_values(cfg)
         deprecated.update(apply_deferred(cfg, compat.get("deferred", {}), no_effect))
     mapped = fit_to_machine(cfg)
     record = {"no_effect": no_effect, "deprecated": deprecated, "mapped": mapped}

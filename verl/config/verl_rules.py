@@ -78,6 +78,7 @@ FREE_FORM = {
         "data.mm_processor_kwargs",
         "trainer.v1.sync",
         "*.checkpoint_engine.engine_kwargs",
+        "distillation.teacher_models.*",  # named teachers: +distillation.teacher_models.<name>.* (multi-teacher OPD)
         "critic.fsdp.mixed_precision",  # null in verl >= 0.8's engine config; its scripts add the dtypes with +
         "hydra",
     ),

@@ -1,6 +1,6 @@
 """Rewards: rule scorers, the data_source dispatch, reward managers, weighted terms and the reward model."""
 
-from verl.workers.reward import dapo  # noqa: F401  (registers "dapo")
+from verl.workers.reward import dapo, limited  # noqa: F401  (register "dapo", "limited")
 from verl.workers.reward.batch import BatchRewardManager, score_batch
 from verl.workers.reward.factory import load_reward_manager
 from verl.workers.reward.formats import register_answer_format
