@@ -212,7 +212,9 @@ def test_lean_decode_of_adapters_is_the_merged_models(tiny_model_dir):
     dora = LoraConfig(r=8, target_modules="all-linear", use_dora=True)
     assert not lean_decoder_supported(get_peft_model(load_hf_model(tiny_model_dir), dora).get_base_model())
     embedding = LoraConfig(r=8, target_modules=["embed_tokens", "q_proj"])
-    assert not lean_decoder_supported(get_peft_model(load_hf_model(tiny_model_dir), embedding).get_base_model())
+    assert not lean_decoder_supported(
+        get_peft_model(load_hf_model(tiny_model_dir), embedding).get_base_model()
+    )
 
 
 def test_a_target_module_that_matches_nothing_names_the_key_and_the_layers(tiny_model_dir):
@@ -335,3 +337,26 @@ def test_a_raised_position_limit_counts_when_checking_the_lengths(tiny_model_dir
         check_fits_model(tiny_model_dir, 2 * limit, "data.max_prompt_length + data.max_response_length")
     raised = OmegaConf.create({"max_position_embeddings": 2 * limit})
     check_fits_model(tiny_model_dir, 2 * limit, "data.max_prompt_length", overrides=raised)
+
+
+def test_adapters_skip_peft_input_casts_with_the_same_numbers(tiny_model_dir):
+    """fp32 base and adapters: peft's cast of each adapter input to fp32 is switched off (under bf16 autocast
+    it only made copies autocast undid); the bf16-autocast logits and gradients are the same with it on."""
+    model = with_trained_adapters(lora_model(tiny_model_dir))
+    adapted = [m for m in model.modules() if hasattr(m, "lora_A")]
+    assert adapted and not any(m.cast_input_dtype_enabled for m in adapted)
+    ids = batch(model.config.vocab_size).batch["input_ids"]
+
+    def run(cast: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        for module in adapted:
+            module.cast_input_dtype_enabled = cast
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = model(input_ids=ids).logits
+        logits.float().square().mean().backward()
+        return logits.detach(), [p.grad.clone() for p in model.parameters() if p.requires_grad]
+
+    (logits_off, grads_off), (logits_on, grads_on) = run(False), run(True)
+    assert torch.equal(logits_off, logits_on)
+    for off, on in zip(grads_off, grads_on, strict=True):
+        torch.testing.assert_close(off, on, atol=1e-6, rtol=1e-5)

@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from verl.utils.precision import (
     choose_compute_dtype,
     compute_in,
+    frozen_linear_weights_in,
     role_compute_dtype,
     rollout_compute_dtype,
 )
@@ -210,3 +211,35 @@ def test_a_damaged_safetensors_file_leaves_the_model_size_unknown(tmp_path) -> N
     assert count_parameters(tmp_path) is None
     (tmp_path / "model.safetensors").write_bytes((64).to_bytes(8, "little") + b"\x00" * 64)
     assert count_parameters(tmp_path) is None
+
+
+def test_frozen_linear_weights_are_cast_once_with_the_same_numbers() -> None:
+    """Frozen linear weights are held in bf16 for a phase (autocast's matmul would cast them anyway): the
+    same bf16-autocast output and gradients; trained weights and a weight tied to an embedding stay fp32;
+    the fp32 originals are back afterwards."""
+    torch.manual_seed(0)
+    embed = torch.nn.Embedding(10, 8)
+    frozen, trained, tied = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 10, bias=False)
+    tied.weight = embed.weight
+    model = torch.nn.ModuleDict({"embed": embed, "frozen": frozen, "trained": trained, "tied": tied})
+    for module in (embed, frozen):
+        module.requires_grad_(False)
+    ids = torch.tensor([[1, 2, 3], [4, 5, 6]])
+
+    def run() -> tuple[torch.Tensor, torch.Tensor]:
+        trained.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model["tied"](model["trained"](model["frozen"](model["embed"](ids))))
+        out.float().sum().backward()
+        return out.detach(), trained.weight.grad.clone()
+
+    before = frozen.weight.data_ptr()
+    expected = run()
+    with frozen_linear_weights_in(model, torch.bfloat16):
+        assert frozen.weight.dtype == torch.bfloat16
+        assert trained.weight.dtype == tied.weight.dtype == torch.float32
+        got = run()
+    assert frozen.weight.data_ptr() == before and frozen.weight.dtype == torch.float32
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    with frozen_linear_weights_in(model, None):
+        assert frozen.weight.dtype == torch.float32

@@ -83,6 +83,44 @@ def compute_in(dtype: torch.dtype | None, device: torch.device | str = "cpu") ->
         yield
 
 
+@contextlib.contextmanager
+def frozen_linear_weights_in(model: torch.nn.Module, dtype: torch.dtype | None) -> Iterator[None]:
+    """The frozen weights of ``model``'s linear layers (a LoRA base, a reference) held in ``dtype`` for the
+    duration: cast once, where ``torch.autocast`` would cast each of them again in every forward and
+    every backward of every micro-batch (its cache is off where gradients flow, ``compute_in``).
+
+    The same numbers: autocast's matmul casts the weight to its dtype and a weight already in it passes
+    through. Only weights that only a linear layer uses (not one tied to the embeddings, whose lookup
+    autocast leaves in fp32) and that nothing trains; the float32 originals are put back afterwards.
+    Nothing when ``dtype`` is None or the weights are sharded (FSDP2 casts its own)."""
+    if dtype is None:
+        yield
+        return
+    linear_weights = {id(m.weight): m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    elsewhere = {
+        id(p)
+        for m in model.modules()
+        if not isinstance(m, torch.nn.Linear)
+        for p in m.parameters(recurse=False)
+    }
+    frozen = [
+        p
+        for key, p in linear_weights.items()
+        if key not in elsewhere
+        and not p.requires_grad
+        and p.dtype == torch.float32
+        and type(p.data) is torch.Tensor  # not a DTensor shard
+    ]
+    originals = [p.data for p in frozen]
+    try:
+        for p in frozen:
+            p.data = p.data.to(dtype)
+        yield
+    finally:
+        for p, original in zip(frozen, originals, strict=True):
+            p.data = original
+
+
 def model_dtype(model: Any) -> torch.dtype:
     """The dtype of a module's first floating-point parameter (float32 when it has none)."""
     for param in model.parameters():

@@ -23,6 +23,7 @@ from torch.distributed.checkpoint.state_dict import (
 from verl.errors import InputError
 from verl.models.lora import adapter_config, adapter_weight_names, check_checkpoint_adapters
 from verl.utils.checkpoint import check_sharded_files, load_data, rng_state, save_data, set_rng_state
+from verl.utils.precision import frozen_linear_weights_in
 from verl.workers.engine.distributed import unwrap, wrap_ddp
 from verl.workers.engine.fsdp import Offload, shard_with_optimizer
 from verl.workers.engine.sharded_checkpoint import (
@@ -102,8 +103,16 @@ class TrainedModel:
 
     def resident(self, optimizer: bool = False) -> contextlib.AbstractContextManager[None]:
         """The weights (and, with ``optimizer``, the optimizer state) on the device for a phase, when
-        ``fsdp_config`` offloads them to CPU memory between phases (`verl.workers.engine.fsdp.Offload`)."""
-        return self.offload.resident(optimizer) if self.offload else contextlib.nullcontext()
+        ``fsdp_config`` offloads them to CPU memory between phases (`verl.workers.engine.fsdp.Offload`),
+        and the frozen linear weights cast once to the autocast dtype for the phase (``frozen_linear_weights_in``)."""
+        stack = contextlib.ExitStack()
+        if self.offload:
+            stack.enter_context(self.offload.resident(optimizer))
+        if not self.sharded:
+            stack.enter_context(
+                frozen_linear_weights_in(self.hf_model, getattr(self.scorer, "compute_dtype", None))
+            )
+        return stack
 
     def _saved(self, weights: dict[str, Any]) -> dict[str, Any]:
         """The entries of a model state dict that the role saves (``saved_weights``)."""
