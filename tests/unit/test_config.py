@@ -22,7 +22,7 @@ SFT_PATHS = ["model.path=m", "data.train_files=t.parquet"]
         ("data.truncation=middle", "data.truncation must be one of error, left, right; got 'middle'"),
         (
             f"{ARR}.actor.loss_agg_mode=sum",
-            "loss_agg_mode must be one of token-mean, seq-mean-token-sum, seq-mean-token-mean, "
+            "loss_agg_mode must be one of token-mean, token-sum, seq-mean-token-sum, seq-mean-token-mean, "
             "seq-mean-token-sum-norm; got 'sum'",
         ),
         (f"{ARR}.rollout.n=0", f"{ARR}.rollout.n must be >= 1; got 0"),

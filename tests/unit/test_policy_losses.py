@@ -228,7 +228,8 @@ KL_COV_IN = dict(
 
 
 def test_kl_cov_value_and_gradient():
-    loss, metrics, grad = _run("kl_cov", **KL_COV_IN)
+    # coef 1.0 (verl's kl_cov falls back to it for a null key; its config default is 0.1, the next test)
+    loss, metrics, grad = _run("kl_cov", **KL_COV_IN, config={"policy_loss": {"ppo_kl_coef": 1.0}})
     # tok 0: -2*1 = -2; tok 1: -1*exp(0.2) = -1.221403 (no clipping); tok 2: +1
     # tok 3: -(-2)*exp(-0.5) + 1.0*|−0.5| = 2*0.606531 + 0.5 = 1.713061
     # token-mean: (-2 - 1.221403 + 1 + 1.713061)/4 = -0.508342/4 = -0.1270855

@@ -251,27 +251,64 @@ def test_reward_settings_not_built_are_refused_with_the_reason(overrides: list[s
 
 
 # ------------------------------------------------------------------------------ the other keys of 0.9.1
-def test_checkpoint_callback_class_is_refused_until_the_trainer_calls_it() -> None:
-    assert dict(ppo("trainer.checkpoint_callback_class=null").compat.no_effect) == {
-        "trainer.checkpoint_callback_class": None
-    }
-    with pytest.raises(ConfigError, match="trainer.checkpoint_callback_class=my.Callback: verl 0.9.1's"):
-        ppo("trainer.checkpoint_callback_class=my.Callback")
+def test_checkpoint_callback_class_is_read() -> None:
+    assert ppo("trainer.checkpoint_callback_class=null").trainer.checkpoint_callback_class is None
+    cfg = ppo("trainer.checkpoint_callback_class=my.Callback")
+    assert cfg.trainer.checkpoint_callback_class == "my.Callback" and not cfg.compat.no_effect
+    with pytest.raises(ConfigError, match="checkpoint_callback_class must be a fully qualified class name"):
+        ppo("trainer.checkpoint_callback_class=Callback")
 
 
 def test_router_and_checkpoint_engine_keys_load_with_their_reason() -> None:
+    engine = f"{ARR}.rollout.checkpoint_engine"
     cfg = ppo(
+        "trainer.device=cpu",
         f"{ARR}.rollout.router_config_path=router.yaml",
-        f"{ARR}.rollout.checkpoint_engine.backend=nccl",
-        f"{ARR}.rollout.checkpoint_engine.update_weights_bucket_megabytes=1024",
+        f"{engine}.backend=nccl",
+        f"{engine}.update_weights_bucket_megabytes=1024",
     )
-    assert dict(cfg.compat.no_effect) == {
-        f"{ARR}.rollout.router_config_path": "router.yaml",
-        f"{ARR}.rollout.checkpoint_engine.backend": "nccl",
-        f"{ARR}.rollout.checkpoint_engine.update_weights_bucket_megabytes": 1024,
-    }
+    assert dict(cfg.compat.no_effect) == {f"{ARR}.rollout.router_config_path": "router.yaml"}
+    # the weight sync reads the section: nccl needs CUDA, so on the CPU it is mapped to naive and said so
+    assert cfg[ARR].rollout.checkpoint_engine.update_weights_bucket_megabytes == 1024
+    assert cfg[ARR].rollout.checkpoint_engine.backend == "naive"
+    assert cfg.compat.mapped[f"{engine}.backend"] == "nccl"
     text = "\n".join(notices(cfg))
-    assert "load balancer" in text and "the same weights arrive" in text
+    assert "load balancer" in text and "NCCL needs CUDA GPUs (trainer.device=cpu" in text
+    assert "update_weights_bucket_megabytes=1024: read by the weight sync" in text
+    kept = ppo("trainer.device=cuda", f"{engine}.backend=nccl")
+    assert (
+        kept[ARR].rollout.checkpoint_engine.backend == "nccl"
+        and f"{engine}.backend" not in kept.compat.mapped
+    )
+    # verl <= 0.7's spelling of the bucket size, and verl's defaults
+    old = ppo(f"{ARR}.rollout.update_weights_bucket_megabytes=512")
+    assert old[ARR].rollout.checkpoint_engine.update_weights_bucket_megabytes == 512
+    assert dict(old.compat.deprecated) == {f"{ARR}.rollout.update_weights_bucket_megabytes": 512}
+    assert dict(ppo()[ARR].rollout.checkpoint_engine) == {
+        "backend": "naive",
+        "update_weights_bucket_megabytes": 2048,
+    }
+
+
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        ("backend=nixl", "backend=nixl: moves the weights with NVIDIA's NIXL library over RDMA"),
+        ("backend=mooncake", "Mooncake transfer engine over RDMA"),
+        ("backend=kimi_ckpt_engine", "needs its library and NPUs"),
+        ("backend=delta_sharded", "needs CUDA GPUs and a disaggregated rollout"),
+        ("backend=hccl", "backend must be one of naive, nccl"),
+        ("update_weights_bucket_megabytes=0", "update_weights_bucket_megabytes must be >= 1"),
+        ("+custom_backend_module=my.engines", "no such registry here"),
+    ],
+)
+def test_checkpoint_engine_backends_not_runnable_here_are_refused_with_why(
+    override: str, fragment: str
+) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        ppo(
+            f"{override[0] if override.startswith('+') else ''}{ARR}.rollout.checkpoint_engine.{override.lstrip('+')}"
+        )
 
 
 def test_filter_groups_metric_reward_reads_the_pre_kl_reward() -> None:
@@ -288,7 +325,7 @@ def test_calculate_log_probs_is_on_by_default_where_the_engine_returns_them() ->
 
 
 @pytest.mark.parametrize("mode", ["colocate_async", "separate_async"])
-def test_num_warmup_batches_whole_as_a_float_is_read_and_a_fraction_is_refused(mode: str) -> None:
+def test_num_warmup_batches_whole_as_a_float_is_read_and_a_fraction_only_in_colocate_async(mode: str) -> None:
     key = f"trainer.v1.{mode}.num_warmup_batches"
     cfg = ppo(
         f"trainer.v1.trainer_mode={mode}", f"{key}=2.0", "trainer.v1.separate_async.parameter_sync_step=null"
@@ -296,12 +333,18 @@ def test_num_warmup_batches_whole_as_a_float_is_read_and_a_fraction_is_refused(m
     assert cfg.trainer.v1[mode].num_warmup_batches == 2 and isinstance(
         cfg.trainer.v1[mode].num_warmup_batches, int
     )
-    with pytest.raises(ConfigError, match=rf"{key}=1.5: a fractional window \(verl 0.9.1"):
-        ppo(
-            f"trainer.v1.trainer_mode={mode}",
-            f"{key}=1.5",
-            "trainer.v1.separate_async.parameter_sync_step=null",
-        )
+    overrides = (
+        f"trainer.v1.trainer_mode={mode}",
+        f"{key}=1.5",
+        "trainer.v1.separate_async.parameter_sync_step=null",
+    )
+    if mode == "colocate_async":
+        assert ppo(*overrides).trainer.v1[mode].num_warmup_batches == 1.5
+    else:
+        with pytest.raises(
+            ConfigError, match=rf"{key}=1.5: a fractional window .* not built for separate_async"
+        ):
+            ppo(*overrides)
 
 
 def test_off_policy_bound_and_strategy() -> None:
@@ -310,8 +353,9 @@ def test_off_policy_bound_and_strategy() -> None:
               "trainer.v1.separate_async.parameter_sync_step=null")  # fmt: skip
     assert off.trainer.v1.sampler.max_off_policy_threshold is None  # a fixed depth: nothing to bound
     assert ppo(f"{sampler}.max_off_policy_strategy=wait").trainer.v1.sampler.max_off_policy_strategy == "wait"
-    with pytest.raises(ConfigError, match="max_off_policy_threshold=null .* restarts unfinished generations"):
-        ppo("trainer.v1.trainer_mode=colocate_async", f"{sampler}.max_off_policy_threshold=null")
+    # verl 0.9.1: null turns the bound off in the pool modes too
+    none = ppo("trainer.v1.trainer_mode=colocate_async", f"{sampler}.max_off_policy_threshold=null")
+    assert none.trainer.v1.sampler.max_off_policy_threshold is None
     with pytest.raises(
         ConfigError, match=r"max_off_policy_strategy=wait with trainer.v1.trainer_mode=colocate"
     ):

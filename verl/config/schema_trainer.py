@@ -29,8 +29,8 @@ class ColocateAsyncConfig:
 
     num_warmup_batches: Any = 1
     """batches of prompts in flight beyond the step's own: each batch is the first groups of the pool to
-    finish, so the slowest run on into later steps. A whole number: verl 0.9.1's fractional windows (1.5) are
-    refused"""
+    finish, so the slowest run on into later steps. A fraction as in verl 0.9.1: 1.5 keeps floor(1.5 x
+    data.train_batch_size) prompts in flight beyond the step's own"""
 
 
 @dataclass
@@ -39,8 +39,8 @@ class OffPolicySamplerConfig:
 
     max_off_policy_threshold: Optional[int] = 8
     """the most policy versions between a sample's generation and its update (checked at start: the
-    pipeline's staleness is num_warmup_batches, which must stay below this); null = no bound (verl 0.9.1),
-    with a fixed pipeline depth only (the pool modes restart generations older than a number)"""
+    pipeline's staleness is num_warmup_batches, which must stay below this); null = no bound (verl 0.9.1): in
+    colocate_async and streaming separate_async no unfinished generation is ever restarted for its age"""
     max_off_policy_strategy: str = "drop"
     """drop (an unfinished generation older than the threshold starts again under the current weights) | wait
     (verl's: finish and train it instead; refused where generations can grow stale, colocate_async and streaming
@@ -112,6 +112,10 @@ class TrainerSection:
     either cap still wants it"""
     async_save: bool = False
     """copy the state and write the checkpoint in the background, so the next step starts at once"""
+    checkpoint_callback_class: Optional[str] = None
+    """a CheckpointCallback subclass (verl.trainer.ppo.checkpoint_callback) by its fully qualified name, e.g.
+    my_pkg.callbacks.Upload: built once with cls(config=config), its on_save(trainer, global_step, checkpoint_dir,
+    async_save) runs in the driver after each checkpoint save; an exception stops training (verl 0.9.1)"""
     default_local_dir: str = "outputs/${trainer.project_name}/${trainer.experiment_name}"
     """output directory for checkpoints and logs"""
     logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])

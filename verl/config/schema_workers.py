@@ -160,8 +160,9 @@ class PolicyLossConfig:
     """clip_cov: upper bound of the covariance band of candidate tokens"""
     kl_cov_ratio: float = 2e-4
     """kl_cov: fraction of tokens (highest covariance) that get the |log-ratio| penalty"""
-    ppo_kl_coef: float = 1.0
-    """kl_cov: coefficient of the |log-ratio| penalty"""
+    ppo_kl_coef: float = 0.1
+    """kl_cov: coefficient of the |log-ratio| penalty (verl 0.9.1's default, in its actor.yaml and
+    PolicyLossConfig; its kl_cov loss falls back to 1.0 only when the key is null)"""
     tau_pos: float = 1.0
     """sapo: gate temperature for positive advantages"""
     tau_neg: float = 1.05
@@ -209,7 +210,8 @@ class ActorConfig:
     grad_clip: float = 1.0
     """max global gradient norm"""
     loss_agg_mode: str = "token-mean"
-    """loss aggregation: token-mean | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm"""
+    """loss aggregation: token-mean | token-sum | seq-mean-token-sum | seq-mean-token-mean |
+    seq-mean-token-sum-norm"""
     loss_scale_factor: Optional[float] = None
     """constant divisor for seq-mean-token-sum-norm; None = max_response_length"""
     entropy_coeff: float = 0.0
@@ -288,6 +290,21 @@ class AgentLoopConfig:
 
 
 @dataclass
+class CheckpointEngineConfig:
+    """``actor_rollout_ref.rollout.checkpoint_engine``: how the actor's weights reach the rollout engine after
+    each update (verl's checkpoint engine; names and defaults as in verl 0.9.1). verl's other two keys here,
+    engine_kwargs (free-form, reported as having no effect) and custom_backend_module (only null), are read as
+    verl keys (verl.config.verl_rules_ppo)."""
+
+    backend: str = "naive"
+    """naive (handed over in memory, or over Ray with trainer.backend=ray) | nccl (CUDA GPUs only; mapped to naive
+    where none is visible). verl's nixl / mooncake / kimi_ckpt_engine / delta_sharded are refused (see
+    verl.config.checkpoint_engine)"""
+    update_weights_bucket_megabytes: int = 2048
+    """the weight sync sends the weights in buckets of at most this many MiB (a larger tensor goes alone)"""
+
+
+@dataclass
 class RolloutConfig:
     """``actor_rollout_ref.rollout``: response generation."""
 
@@ -358,6 +375,8 @@ class RolloutConfig:
     """multi-turn rollouts with tools"""
     agent: AgentLoopConfig = field(default_factory=AgentLoopConfig)
     """agent loops (single_turn_agent by default: one sampled reply per prompt)"""
+    checkpoint_engine: CheckpointEngineConfig = field(default_factory=CheckpointEngineConfig)
+    """how the actor's weights are sent to the rollout engine (verl's checkpoint engine)"""
 
 
 @dataclass

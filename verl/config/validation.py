@@ -15,6 +15,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from verl.config.backends import backend_errors
+from verl.config.checkpoint_engine import checkpoint_engine_errors
 from verl.config.errors import ConfigError
 from verl.config.reward_fns import term_config_problems
 from verl.config.schema import TrainerConfig
@@ -142,6 +143,12 @@ def _trainer_errors(errors: list[str], cfg: DictConfig) -> None:
         errors, "trainer.heartbeat_timeout_s", trainer.heartbeat_timeout_s, 0, null="deadline only"
     )
     check_seed(errors, "prepare.seed", cfg.prepare.seed, null="trainer.seed")
+    callback = trainer.checkpoint_callback_class
+    if callback and not all(str(callback).rpartition(".")[::2]):
+        errors.append(
+            "trainer.checkpoint_callback_class must be a fully qualified class name (e.g. "
+            f"my_pkg.callbacks.MyCheckpointCallback) or null; got {callback!r}"
+        )
     workers = trainer.nnodes * trainer.n_gpus_per_node
     if trainer.backend == "local" and (workers > 1 or cfg.reward_model.num_workers > 1):
         errors.append(
@@ -190,6 +197,7 @@ def _trainer_config_errors(cfg: DictConfig) -> list[str]:
         check_choice(errors, "prepare.model", cfg.prepare.model, tuple(FETCHABLE))
     actor_errors(errors, arr.actor)
     rollout_ref_errors(errors, arr)
+    checkpoint_engine_errors(errors, cfg)
     lora_errors(errors, cfg)
     critic_errors(errors, cfg.critic)
     algorithm_errors(errors, cfg)

@@ -29,7 +29,7 @@ def async_errors(errors: list[str], cfg: DictConfig) -> None:
         null="no bound",
     )
     if mode in ("separate_async", "colocate_async"):  # read only in its own mode, as in verl
-        _warmup_errors(errors, f"{key}.{mode}.num_warmup_batches", v1[mode].num_warmup_batches)
+        _warmup_errors(errors, f"{key}.{mode}.num_warmup_batches", v1[mode].num_warmup_batches, mode)
     fully = cfg.async_training
     check_at_least(errors, "async_training.staleness_threshold", fully.staleness_threshold, 0)
     check_at_least(errors, "async_training.require_batches", fully.require_batches, 1)
@@ -98,27 +98,27 @@ def _separate_async_errors(errors: list[str], cfg: DictConfig) -> None:
         )
 
 
-def _warmup_errors(errors: list[str], key: str, value: object) -> None:
-    """A whole number of batches >= 0; verl 0.9.1's fractional windows are refused with the reason."""
+def _warmup_errors(errors: list[str], key: str, value: object, mode: str) -> None:
+    """A number of batches >= 0. colocate_async takes verl 0.9.1's fractional windows (1.5: floor(1.5 x
+    data.train_batch_size) prompts in flight beyond the step's own); separate_async refuses them with the reason."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        errors.append(f"{key} must be a whole number of batches >= 0; got {value!r}")
-    elif isinstance(value, float):  # an integral float was read as an int already
+        errors.append(f"{key} must be a number of batches >= 0; got {value!r}")
+    elif (
+        isinstance(value, float) and mode == "separate_async"
+    ):  # an integral float was read as an int already
         errors.append(
             f"{key}={value}: a fractional window (verl 0.9.1: the whole batches plus floor(fraction x "
-            "data.train_batch_size) prompts) is not built here yet; give a whole number of batches"
+            "data.train_batch_size) prompts) is not built for separate_async here: its rollout generates whole "
+            "batches ahead, each a fixed set of prompts trained at one step; give a whole number of batches, or "
+            "stream with async_training.staleness_threshold=<fraction> (that many batches' prompts more in flight)"
         )
     else:
         check_at_least(errors, key, value, 0)
 
 
 def _staleness_errors(errors: list[str], v1: DictConfig, where: str) -> None:
-    """The pool modes restart an unfinished generation older than the bound: a number, and strategy drop."""
+    """The pool modes restart an unfinished generation older than the bound (null: none is); strategy drop."""
     sampler, key = v1.sampler, "trainer.v1.sampler"
-    if sampler.max_off_policy_threshold is None:
-        errors.append(
-            f"{key}.max_off_policy_threshold=null (no staleness bound) with {where}: the rollout pool here restarts "
-            "unfinished generations older than a bound; give a number (a large one keeps nearly every generation)"
-        )
     if sampler.max_off_policy_strategy == "wait":
         errors.append(
             f"{key}.max_off_policy_strategy=wait with {where}: finishing a stale generation and training it "

@@ -33,12 +33,15 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from verl.config.checkpoint_engine import SECTION as CHECKPOINT_ENGINE
+from verl.config.checkpoint_engine import checkpoint_engine_notices, fit_checkpoint_engine
+from verl.config.checkpoint_engine import mapped_notice as checkpoint_engine_mapped
 from verl.config.errors import ConfigError, as_written
 from verl.config.verl_rules import FREE_FORM, HYDRA_GROUPS
 from verl.config.verl_rules_common import Rule
 from verl.config.verl_rules_ppo import PPO_RULES
 from verl.config.verl_rules_sft import SFT_RULES
-from verl.config.verl_values import hybrid_engine, read_verl_values
+from verl.config.verl_values import hybrid_engine, read_verl_values, reward_manager_source
 from verl.utils.trackers import NOT_BUILT as TRACKERS_NOT_BUILT
 from verl.utils.trackers import missing_packages
 
@@ -268,6 +271,7 @@ def apply_deferred(cfg: Any, deferred: dict[str, Any], no_effect: dict[str, Any]
                     f"({cfg.data.max_response_length}); set both to the same value"
                 )
             deprecated[key] = value
+    deprecated.update(reward_manager_source(cfg, deferred))
     if cfg.trainer.resume_mode == "resume_path":
         raise ConfigError(
             "trainer.resume_mode=resume_path needs trainer.resume_from_path=<a global_step_N directory> "
@@ -333,6 +337,7 @@ def fit_to_machine(cfg: Any) -> dict[str, Any]:
     )
     if rollout.name in NOT_BUILT_ENGINES or missing:
         remap("actor_rollout_ref.rollout.name", "fast")
+    fit_checkpoint_engine(cfg, remap)
     if cfg.trainer.backend == "local":
         if _ranks(cfg) > 1:
             for key in ("trainer.nnodes", "trainer.n_gpus_per_node"):
@@ -391,6 +396,8 @@ def record_compat(cfg: Any, compat: dict[str, dict[str, Any]], config: str = "pp
 # --------------------------------------------------------------------------------------------------------------
 def _mapped_notice(cfg: Any, key: str, asked: Any) -> str | None:
     used = OmegaConf.select(cfg, key)
+    if key.startswith(CHECKPOINT_ENGINE):
+        return checkpoint_engine_mapped(cfg, key, asked)
     if key == "actor_rollout_ref.rollout.name":
         package, extra = ENGINE_PACKAGES.get(asked, (None, None))
         why = f"{package} is not installed ({extra})" if package else "not built here"
@@ -443,6 +450,8 @@ def _deprecated_notice(cfg: Any, key: str, value: Any, rules: tuple[Rule, ...]) 
         return f"{key}={as_written(value)}: verl's old SFT form; read as {target}={OmegaConf.select(cfg, target)}"
     if key.endswith("max_resp_len"):
         return f"{key}={as_written(value)}: the same as data.max_response_length, which the DAPO manager reads here"
+    if "reward_manager." in key:
+        return f"{key}={as_written(value)}: read as reward_model.reward_manager={cfg.reward_model.reward_manager}"
     rule = rule_for(key, rules)
     target = renamed(key, rule) if rule is not None and rule.kind == "rename" else "?"
     return f"{key}={as_written(value)}: verl's deprecated spelling; read as {target}"
@@ -466,7 +475,9 @@ def notices(cfg: Any) -> list[str]:
         line = _mapped_notice(cfg, key, asked)
         lines += [line] if line else []
     lines += [_deprecated_notice(cfg, k, v, rules) for k, v in compat.deprecated.items()]
-    lines += backend_notices(cfg) if is_rl else sft_backend_notices(cfg)
+    lines += (
+        backend_notices(cfg) + checkpoint_engine_notices(cfg, mapped) if is_rl else sft_backend_notices(cfg)
+    )
     by_reason: dict[str, list[str]] = {}
     for key, value in compat.no_effect.items():
         by_reason.setdefault(rule_for(key, rules).why, []).append(f"{key}={as_written(value)}")

@@ -103,17 +103,12 @@ ASYNC = (
     "replay-buffer samplers and hybrid switching are not built"
 )
 WEIGHT_SYNC = (
-    "how verl's checkpoint engine moves the trainer's weights to its inference servers (naive / nccl / nixl / "
-    "mooncake transports, bucket sizes): here the rollout's weights are copied from the actor's after every update, "
-    "in memory (over Ray with trainer.backend=ray); the same weights arrive"
+    "keyword arguments of verl's checkpoint-engine backend classes (nixl / mooncake / nccl transports): the weight "
+    "sync here reads checkpoint_engine.backend and update_weights_bucket_megabytes only"
 )
 ROUTER = (
     "verl 0.9.1's pluggable load balancer choosing which inference-server replica serves a request (e.g. by prompt "
     "prefix): here each rollout worker generates its own share of the batch; the samples are the same"
-)
-CHECKPOINT_CALLBACK = (
-    "verl 0.9.1's driver-side hook called after each checkpoint save (CheckpointCallback.on_save) is not wired "
-    "into this trainer yet"
 )
 CONCURRENCY = (
     "the limited reward manager's cap on reward calls in flight: each reward worker here makes its calls one at a "

@@ -8,7 +8,6 @@ from __future__ import annotations
 from verl.config.verl_rules_common import (
     ASYNC,
     CHECKPOINT,
-    CHECKPOINT_CALLBACK,
     COMPUTE_DTYPE,
     CONCURRENCY,
     DERIVED,
@@ -36,6 +35,11 @@ from verl.config.verl_rules_common import (
     _no,
     _only,
     _rename,
+)
+
+READ_MANAGER = (
+    "where verl finds the reward manager class: register (by reward_manager.name) or importlib (the class "
+    "reward_manager.name in module.path, a file or pkg://module), read as reward_model.reward_manager"
 )
 
 # Ordered: the first rule whose pattern matches a key decides. Exact keys first, then globs.
@@ -106,21 +110,11 @@ PPO_RULES: tuple[Rule, ...] = (
         "overriding the reward model's HuggingFace config is not built here",
     ),
     _only("reward_model.use_reward_loop", (True, False, None), REWARD_MODEL),
-    _only(
-        "reward.reward_manager.source",
-        ("register",),
-        "a reward manager imported from a module is not built here; use reward_model.reward_manager "
-        "(naive | batch | dapo) and custom_reward_function",
-    ),
-    _only(
-        "reward.reward_manager.module.path",
-        (None,),
-        "a reward manager imported from a file is not built here",
-    ),
-    _only(
-        "reward_manager.source", ("register",), "a reward manager imported from a module is not built here"
-    ),
-    _only("reward_manager.module.path", (None,), "a reward manager imported from a file is not built here"),
+    # verl's source=importlib + module.path: read as reward_model.reward_manager=<path>:<name> once merged
+    _deferred("reward.reward_manager.source", READ_MANAGER),
+    _deferred("reward.reward_manager.module.path", READ_MANAGER),
+    _deferred("reward_manager.source", READ_MANAGER),
+    _deferred("reward_manager.module.path", READ_MANAGER),
     _only(
         "reward_model.reward_loop_source",
         (None, "register"),
@@ -146,7 +140,6 @@ PPO_RULES: tuple[Rule, ...] = (
     _only("algorithm.rollout_is", (None, False), ROLLOUT_IS_V06),
     _only("algorithm.rollout_is_threshold", (None,), ROLLOUT_IS_V06),
     _only("distillation.enabled", (False,), DISTILLATION),
-    _only("trainer.checkpoint_callback_class", (None,), CHECKPOINT_CALLBACK),
     _deferred(
         "actor_rollout_ref.hybrid_engine",
         "whether verl's actor holds the rollout engine: here the actor and the rollout share one module, except "
@@ -293,7 +286,10 @@ PPO_RULES: tuple[Rule, ...] = (
     _no("*.calculate_sum_pi_squared", "a diagnostic verl can log; not computed here"),
     _no("*.freeze_vision_tower", MEDIA),
     _no(
-        "*.external_lib", "a module verl imports to register custom models; import it from your own code here"
+        "*.external_lib",
+        "a module verl imports at start-up to register custom code: here the modules (or .py files) listed in "
+        "VERL_USE_EXTERNAL_MODULES are imported, in every process, before a loss or estimator name is looked up "
+        "(verl.algorithms.external)",
     ),
     _no("*.checkpoint.*", CHECKPOINT),
     _no("*.data_loader_seed", SEED),
@@ -340,7 +336,17 @@ PPO_RULES: tuple[Rule, ...] = (
         "how vLLM loads its first weights: here it starts from random ones (verl's load_format=dummy) and the "
         "actor's weights are synchronised into it before every generate",
     ),
-    _no("actor_rollout_ref.rollout.update_weights_bucket_megabytes", WEIGHT_SYNC),
+    _rename(
+        "actor_rollout_ref.rollout.update_weights_bucket_megabytes",
+        "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes",
+        True,
+    ),
+    _only(
+        "actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module",
+        (None,),
+        "imports a module that registers a backend of one's own in verl's CheckpointEngineRegistry: there is no "
+        "such registry here (checkpoint_engine.backend is naive or nccl)",
+    ),
     _no("actor_rollout_ref.rollout.checkpoint_engine.*", WEIGHT_SYNC),
     _no("actor_rollout_ref.rollout.router_config_path", ROUTER),
     _no("actor_rollout_ref.rollout.skip*", "rollout replay settings (skip.enable=false)"),
@@ -387,8 +393,8 @@ PPO_RULES: tuple[Rule, ...] = (
     _no("reward.reward_kwargs*", "keyword arguments of verl's reward manager classes"),
     _no("reward_model.*", REWARD_MODEL),
     _no("reward.reward_model.*", REWARD_MODEL),
-    _no("reward.reward_manager.module.*", "reward manager module settings (module.path=null)"),
-    _no("reward_manager.module.*", "reward manager module settings (module.path=null)"),
+    _no("reward.reward_manager.module.*", "verl's module.name is unused: the class is reward_manager.name"),
+    _no("reward_manager.module.*", "verl's module.name is unused: the class is reward_manager.name"),
     _no("*sandbox_fusion.*", "the sandbox service verl's code scorers call: code tasks are not built here"),
     _no("distillation.*", "distillation settings (distillation.enabled=false)"),
     _no(

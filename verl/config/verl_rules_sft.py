@@ -99,7 +99,10 @@ SFT_RULES: tuple[Rule, ...] = (
     _no("ulysses_sequence_parallel_size", ULYSSES),
     _no("model.use_shm", LOADER),
     _no(
-        "model.external_lib", "a module verl imports to register custom models; import it from your own code"
+        "model.external_lib",
+        "a module verl imports at start-up to register custom code: here the modules (or .py files) listed in "
+        "VERL_USE_EXTERNAL_MODULES are imported, in every process, before a loss or estimator name is looked up "
+        "(verl.algorithms.external)",
     ),
     _no("model.mtp.*", "multi-token-prediction settings (mtp.enable=false)"),
     _no("model.lora.*", "Megatron's LoRA settings (lora.rank=0)"),

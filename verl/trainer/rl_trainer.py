@@ -48,6 +48,7 @@ from verl.trainer.metrics import (
     reward_extra_metrics,
 )
 from verl.trainer.plan import StepPlan
+from verl.trainer.ppo.checkpoint_callback import build_checkpoint_callback, notify_saved
 from verl.trainer.prepare import check_inputs
 from verl.trainer.run_dir import VALIDATION_DIR, RunDirectory, RunPlan, write_run_config
 from verl.trainer.seed_api import apply_seed_arguments
@@ -126,6 +127,7 @@ class RLTrainer:
             backend=config.trainer.backend, trace=config.trainer.trace
         )
         self.step_fn: StepFn = load_step_function(config.trainer.step, self.controller)
+        self.checkpoint_callback = build_checkpoint_callback(config)  # once; its on_save runs after each save
         self.global_steps = 0
         self.tracking: Tracking | None = None  # fit()'s trackers, which validation tables go to
         self._register_roles(
@@ -367,7 +369,7 @@ class RLTrainer:
                     val_metrics = self.validate(step=step)
                 metrics.update(val_metrics)
                 metrics["timing_s/testing"] = timing["testing"]
-            if cfg.save_freq > 0 and (step % cfg.save_freq == 0 or is_last):
+            if saved := cfg.save_freq > 0 and (step % cfg.save_freq == 0 or is_last):
                 with marked_timer("save_checkpoint", timing := {}):
                     self.checkpointer.save(step, self.driver_state(step))
                 metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
@@ -379,6 +381,8 @@ class RLTrainer:
                 self.save_worker_states()
             tracking.log(metrics, step)
             self.checkpointer.commit()  # after the metrics: a finished checkpoint's step has its metrics line
+            if saved:  # trainer.checkpoint_callback_class, in place (or being written with async_save)
+                notify_saved(self.checkpoint_callback, self, step, self.checkpointer)
             if step % TRIM_EVERY_STEPS == 0:
                 release_free_heap()  # the pages freed tensors leave in glibc's heap, or RSS creeps up
         return {

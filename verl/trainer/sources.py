@@ -274,7 +274,8 @@ class PoolSource(AheadSource):
                  rollout <- the actor's weights after step s
 
     ``colocated`` (``trainer_mode=colocate_async``): the pool is the actor's own and generates with its
-    module, so W = 0 and no weights move; ``extra`` is num_warmup_batches batches of prompts.
+    module, so W = 0 and no weights move; ``extra`` is floor(num_warmup_batches x train_batch_size) prompts
+    (verl 0.9.1's fractional windows: 1.5 is one and a half batches).
     """
 
     def __init__(
@@ -411,11 +412,11 @@ def source_for(config: Any, plan: StepPlan) -> BatchSource:
     ``async_training.staleness_threshold`` > 0) or colocate_async (the actor's own pool)."""
     fully = config.async_training
     v1 = config.trainer.v1
-    if v1.trainer_mode == "colocate_async":  # verl's: num_warmup_batches more batches in flight
+    if v1.trainer_mode == "colocate_async":  # verl's: num_warmup_batches more batches in flight (1.5: 1.5 x)
         return PoolSource(
-            extra=v1.colocate_async.num_warmup_batches * plan.train_batch_size,
+            extra=math.floor(v1.colocate_async.num_warmup_batches * plan.train_batch_size),
             partial_rollout=True,
-            max_staleness=int(v1.sampler.max_off_policy_threshold),
+            max_staleness=staleness_bound(v1.sampler.max_off_policy_threshold),
             colocated=True,
         )
     if v1.trainer_mode != "separate_async":
@@ -425,8 +426,18 @@ def source_for(config: Any, plan: StepPlan) -> BatchSource:
     return PoolSource(
         extra=math.ceil(fully.staleness_threshold * plan.train_batch_size),
         partial_rollout=bool(fully.partial_rollout),
-        max_staleness=int(v1.sampler.max_off_policy_threshold),
+        max_staleness=staleness_bound(v1.sampler.max_off_policy_threshold),
     )
+
+
+NO_BOUND = 2**31
+"""``max_staleness`` for verl 0.9.1's ``max_off_policy_threshold=null``: older than any run, so no unfinished
+generation is ever restarted"""
+
+
+def staleness_bound(threshold: int | None) -> int:
+    """The pool's ``max_staleness`` for ``trainer.v1.sampler.max_off_policy_threshold`` (null: no bound)."""
+    return NO_BOUND if threshold is None else int(threshold)
 
 
 def _finished(batch: DataChannel | DataProto) -> DataProto:

@@ -25,6 +25,7 @@ from verl.workers.reward.loading import get_custom_reward_fn
 from verl.workers.reward.manager import get_reward_manager_cls
 from verl.workers.reward.scorers import default_compute_score
 from verl.workers.reward.scoring import ComputeScoreFn
+from verl.workers.reward.verl_shapes import build_manager
 
 
 def load_reward_manager(
@@ -38,7 +39,9 @@ def load_reward_manager(
 
     The scoring function is ``compute_score`` when given (a function passed in code, e.g. by
     ``RewardOperator``), else ``config.custom_reward_function.path``/``.name`` when a path is set,
-    else :func:`default_compute_score`. Extra ``kwargs`` go to the manager's constructor.
+    else :func:`default_compute_score`. Extra ``kwargs`` go to the manager's constructor. A manager written for
+    verl (its classic constructor, or a reward-loop ``run_single``) is built as verl builds it
+    (:func:`verl.workers.reward.verl_shapes.build_manager`).
 
     With ``reward_model.reward_fns``, that function is the ``correctness`` term, and the manager scores each
     sample with the weighted sum of the per-sample terms (:mod:`verl.workers.reward.combine`).
@@ -50,7 +53,7 @@ def load_reward_manager(
         batched = isinstance(manager_cls, type) and issubclass(manager_cls, BatchRewardManager)
         compute_score = (batched_sample_scorer if batched else sample_scorer)(terms, compute_score)
     kwargs.setdefault("reward_fn_key", config.data.reward_fn_key)
-    return manager_cls.from_config(config, tokenizer, num_examine, compute_score, **kwargs)
+    return build_manager(manager_cls, config, tokenizer, num_examine, compute_score, **kwargs)
 
 
 def build_reward_fns(

@@ -82,6 +82,17 @@ def register_reward_manager(name: str) -> Callable[[type], type]:
 
 
 def get_reward_manager_cls(name: str) -> type:
+    """The manager registered as ``name`` (after importing ``VERL_USE_EXTERNAL_MODULES`` on a miss, where verl's
+    users register theirs), or the class ``path/to/file.py:Class`` / ``package.module:Class`` names (verl's
+    ``reward.reward_manager.source=importlib``). Either of verl's shapes works (verl.workers.reward.verl_shapes)."""
+    if ":" in str(name):
+        from verl.utils.imports import load_object
+
+        return load_object(name, "reward_model.reward_manager", "reward manager class")
+    if name not in REWARD_MANAGERS:
+        from verl.algorithms.external import import_external_modules
+
+        import_external_modules()
     return REWARD_MANAGERS.lookup(name)
 
 
