@@ -103,6 +103,11 @@ def projection(module: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | No
     return weight, base.bias
 
 
+def _base_weight(module: torch.nn.Module) -> torch.Tensor:
+    """A projection's own weight (a peft LoRA layer's base layer's)."""
+    return (module.get_base_layer() if hasattr(module, "get_base_layer") else module).weight
+
+
 def adapted(module: torch.nn.Module) -> bool:
     """Whether ``module`` is a peft LoRA layer (its decode weight is a merged copy)."""
     return hasattr(module, "lora_A")
@@ -163,18 +168,16 @@ class LeanWeights:
             )
             for layer in inner.layers
         ]
-        merged = [
-            [projection(lin) for lin in group] for group in layers_linears
-        ]  # once: merging costs a matmul
-        nbytes = [[w.numel() * w.element_size() for w, _ in group] for group in merged]
+        # A merged weight has its base weight's shape and dtype: the choices below read the base weights, and
+        # each layer's adapters are merged only as it is packed (one layer's float32 copies alive at a time).
+        bases = [[_base_weight(lin) for lin in group] for group in layers_linears]
+        nbytes = [[w.numel() * w.element_size() for w in group] for group in bases]
         all_bytes = sum(map(sum, nbytes)) + model.lm_head.weight.numel() * model.lm_head.weight.element_size()
         fused_bytes = sum(b[0] + b[1] + b[2] + b[4] + b[5] for b in nbytes)
         dtype = compute_dtype or model.lm_head.weight.dtype
         # The decode computes from a copy anyway when adapters are merged in or autocast casts the weights:
         # then packing that copy costs nothing extra.
-        copied = (
-            any(adapted(lin) for group in layers_linears for lin in group) or dtype != merged[0][0][0].dtype
-        )
+        copied = any(adapted(lin) for group in layers_linears for lin in group) or dtype != bases[0][0].dtype
         matmul = cls.matmul_override
         if matmul is None:
             on_cpu = model.lm_head.weight.device.type == "cpu"  # oneDNN's ops here are CPU kernels
@@ -190,7 +193,8 @@ class LeanWeights:
             return _Linear(list(projections), matmul, fuse, compute_dtype)
 
         layers = []
-        for layer, (q, k, v, o, gate, up, down) in zip(inner.layers, merged, strict=True):
+        for layer, group in zip(inner.layers, layers_linears, strict=True):
+            q, k, v, o, gate, up, down = (projection(lin) for lin in group)  # merging costs a matmul: once
             layers.append(
                 _LayerWeights(
                     ln1=layer.input_layernorm.weight,
