@@ -13,19 +13,12 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from verl.algorithms.advantages import estimator_needs
+from verl.algorithms.core import LOSS_AGG_MODES
 from verl.config.backends import DTYPE_NAMES
 from verl.config.validation_shared import ARR, optim_errors
 from verl.config.value_rules import check_at_least, check_choice, check_in_range
 from verl.tools.config import TOOLS_DIR, tool_config_file
 
-LOSS_AGG_MODES = (
-    "token-mean",
-    "token-sum",
-    "seq-mean-token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum-norm",
-)
-"""verl.algorithms.core.agg_loss's modes (token-sum: verl 0.9's sum over every token, scaled by the ranks)"""
 KL_CTRL_TYPES = ("fixed", "adaptive")
 TRUNCATE_SIDES = ("left", "right", "middle")
 
