@@ -138,7 +138,13 @@ def run_case(
     initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
     optimizer = build_optimizer(model.parameters(), cfg.optim)
     scheduler = build_lr_scheduler(optimizer, cfg.optim, total_steps=1)
-    fsdp = {"fsdp_config": OmegaConf.structured(FSDPConfig)} if strategy == "fsdp2" else {}
+    # fp32 pinned: unset, FSDP2 computes in bf16 on a CPU with bf16 instructions, and the comparison is exact
+    fp32 = {"mixed_precision": {"param_dtype": "fp32"}}
+    fsdp = (
+        {"fsdp_config": OmegaConf.merge(OmegaConf.structured(FSDPConfig), fp32)}
+        if strategy == "fsdp2"
+        else {}
+    )
     if case.role == "actor":
         role = Actor(model, cfg, optimizer, scheduler, seed=0, **fsdp)
         metrics = role.update_policy(data, case.mini_batch_size, case.micro_batch_size, temperature=1.0)
