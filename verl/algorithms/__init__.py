@@ -17,6 +17,12 @@ from verl.algorithms.core import (
     masked_var,
     masked_whiten,
 )
+from verl.algorithms.distillation import (
+    DISTILLATION_LOSS_REGISTRY,
+    DistillationLossOptions,
+    get_distillation_loss_fn,
+    register_distillation_loss,
+)
 from verl.algorithms.kl import AdaptiveKLController, FixedKLController, get_kl_controller, kl_penalty
 from verl.algorithms.policy_losses import (
     POLICY_LOSS_REGISTRY,
@@ -27,9 +33,11 @@ from verl.algorithms.policy_losses import (
 
 __all__ = [
     "ADV_ESTIMATOR_REGISTRY",
+    "DISTILLATION_LOSS_REGISTRY",
     "LOSS_AGG_MODES",
     "POLICY_LOSS_REGISTRY",
     "AdaptiveKLController",
+    "DistillationLossOptions",
     "EstimatorNeeds",
     "FixedKLController",
     "LossContext",
@@ -38,6 +46,7 @@ __all__ = [
     "compute_value_loss",
     "estimator_needs",
     "get_adv_estimator_fn",
+    "get_distillation_loss_fn",
     "get_kl_controller",
     "get_policy_loss_fn",
     "kl_penalty",
@@ -46,5 +55,6 @@ __all__ = [
     "masked_var",
     "masked_whiten",
     "register_adv_est",
+    "register_distillation_loss",
     "register_policy_loss",
 ]
