@@ -16,6 +16,7 @@ from verl.config.errors import ConfigError
 from verl.config.schema_workers import RolloutConfig
 from verl.workers.rollout import sglang as sglang_engine
 from verl.workers.rollout.base import SamplingParams, StaleWeightsError, TokenRequest, left_padded_batch
+from verl.workers.rollout.weight_sync import SyncSettings
 
 PAD, EOS = 0, 9
 
@@ -95,8 +96,8 @@ def test_started_from_the_actors_config_with_dummy_weights(fake_sglang, model) -
 
 
 def test_weights_go_in_buckets_and_versions_are_checked(fake_sglang, model, monkeypatch) -> None:
-    monkeypatch.setattr(sglang_engine, "BUCKET_BYTES", 64 * 1024)
     engine = build(model)
+    engine.sync = SyncSettings(bucket_bytes=64 * 1024)  # (the config's least is 1 MiB)
     prompts = left_padded_batch([[5, 6], [7, 8, 9]], PAD)
     greedy = SamplingParams(do_sample=False, max_new_tokens=6)
     with pytest.raises(StaleWeightsError, match="version 0.*holds its random initial weights"):

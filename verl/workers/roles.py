@@ -27,7 +27,7 @@ from verl.config import derive_sizes
 from verl.config.backends import training_strategy
 from verl.models import load_value_model, tokenizer_for
 from verl.models.base_fingerprint import base_fingerprint, check_same_base, write_fingerprint
-from verl.models.lora import adapters_disabled, apply_lora, has_adapters
+from verl.models.lora import adapter_weight_names, adapters_disabled, apply_lora, has_adapters
 from verl.protocol import DataProto
 from verl.single_controller import Dispatch, Worker, register
 from verl.utils.precision import model_dtype, role_compute_dtype
@@ -35,9 +35,7 @@ from verl.workers.actor import Actor, compute_log_prob
 from verl.workers.critic import Critic
 from verl.workers.engine.distributed import consecutive_group
 from verl.workers.engine.fsdp import Offload, gathered, shard
-from verl.workers.engine.packed_weights import pack_weights
 from verl.workers.engine.scoring import PolicyScorer
-from verl.workers.engine.sharded_checkpoint import full_weights_on_rank0
 from verl.workers.engine.update_loop import run_update
 from verl.workers.errors import (
     ACTOR_UPDATE_KNOBS,
@@ -52,6 +50,8 @@ from verl.workers.requests import UpdateRequest
 from verl.workers.role_files import load_contents, save_role_checkpoint, write_hf_model
 from verl.workers.rollout import get_rollout_class
 from verl.workers.rollout.host import HostCalls, RolloutHost
+from verl.workers.rollout.served import full
+from verl.workers.rollout.weight_sync import checksum, pack_buckets, sync_settings
 from verl.workers.worker_setup import (
     attention_for,
     load_policy_model,
@@ -250,26 +250,40 @@ class ActorRolloutRefWorker(HostCalls, Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def get_weights(self, trained_only: bool = False) -> dict[str, Any] | None:
-        """A CPU copy of the policy's weights, packed (`pack_weights`), for a rollout with its own model
-        (asynchronous training): rank 0's (gathered when sharded, a collective); the other ranks answer None.
-        ``trained_only``: with LoRA, the adapters alone (the base never changes: a rollout that holds it needs
-        only them; ``complete`` is then False); without LoRA the whole weights either way."""
-        adapters = trained_only and has_adapters(self.actor_model)
+        """A CPU copy of the policy's weights for a rollout with its own model (asynchronous training), in
+        buckets of at most ``rollout.checkpoint_engine.update_weights_bucket_megabytes`` (`pack_buckets`; in a
+        Ray worker, references into Ray's object store): rank 0's (gathered tensor by tensor when sharded, a
+        collective); the other ranks answer None. ``trained_only``: with LoRA, the adapters alone (the base
+        never changes: a rollout that holds it needs only them; ``complete`` is then False); without LoRA the
+        whole weights either way. With LoRA ``adapters_digest`` is the digest of the adapters sent (the rollout
+        checks it: `verl.workers.rollout.lora_guard`)."""
+        lora = has_adapters(self.actor_model)
+        adapters = trained_only and lora
+        adapter_names = adapter_weight_names(self.actor_model)
+        sent: dict[str, Any] = {}
+        names: list[str] = []
+
+        def stream() -> Iterator[tuple[str, Any]]:
+            # every rank takes part in a sharded tensor's gather, in the same order; rank 0 keeps them
+            for name, tensor in self.actor_model.state_dict().items():
+                if adapters and name not in adapter_names:
+                    continue
+                tensor = full(tensor).cpu()
+                if self.rank == 0:
+                    names.append(name)
+                    if name in adapter_names:
+                        sent[name] = tensor
+                    yield name, tensor
+
         with self.actor.resident():
-            if adapters:  # every rank takes part in a sharded tensor's gather, in the same order
-                weights = {
-                    # (pack_weights copies them into its buffers)
-                    name: (param.full_tensor() if hasattr(param, "full_tensor") else param).detach().cpu()
-                    for name, param in self.actor_model.named_parameters()
-                    if param.requires_grad
-                }
-            elif self.sharded:
-                weights = full_weights_on_rank0(self.actor_model)
-            elif self.rank == 0:
-                weights = self.actor_model.state_dict()  # (pack_weights copies: torch.cat allocates)
             if self.rank != 0:
+                if self.sharded:
+                    for _ in stream():
+                        pass
                 return None
-            return {**pack_weights(weights), "complete": not adapters}
+            packed = pack_buckets(stream(), sync_settings(self.config).bucket_bytes)
+        digest = checksum(sent.items()) if lora else None
+        return {"buckets": packed, "names": names, "complete": not adapters, "adapters_digest": digest}
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_hf(self, path: str) -> None:

@@ -2,8 +2,9 @@
 
 In the synchronous trainer the actor's module samples (verl's hybrid engine). Here a separate worker holds a
 copy of the policy and samples the next batches while the actor trains; after each update the actor's weights
-are copied in (:meth:`RolloutWorker.set_weights`), tagged with the policy version (the number of RL steps
-trained). Every sample carries the version that generated it, as verl's ``min_global_steps`` /
+are copied in (:meth:`RolloutWorker.set_weights`: in buckets of ``rollout.checkpoint_engine.
+update_weights_bucket_megabytes``, `verl.workers.rollout.weight_sync`; with LoRA checked by the LoRA guard),
+tagged with the policy version (the number of RL steps trained). Every sample carries the version that generated it, as verl's ``min_global_steps`` /
 ``max_global_steps``.
 
 The generating itself is the same component as the actor's (:class:`verl.workers.rollout.host.RolloutHost`):
@@ -14,6 +15,7 @@ the server and agent loops, and the streaming pool of fully asynchronous trainin
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from verl.models import tokenizer_for
@@ -23,6 +25,8 @@ from verl.single_controller.base import Dispatch, Worker, register
 from verl.utils.precision import model_dtype, role_compute_dtype
 from verl.workers.engine.packed_weights import unpack_weights
 from verl.workers.rollout.host import HostCalls, RolloutHost
+from verl.workers.rollout.lora_guard import check_model_adapters
+from verl.workers.rollout.weight_sync import receive_buckets
 from verl.workers.worker_setup import load_policy_model, on_device, setup_process, trainer_config
 
 
@@ -59,14 +63,23 @@ class RolloutWorker(HostCalls, Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def set_weights(self, weights: dict[str, Any] | list[Any], version: int) -> None:
         """Copy the actor's weights in and take their version: every parameter and buffer, or (``complete``
-        False in `get_weights`' answer) the LoRA adapters alone over the base held already. ``weights``: a state
-        dict or `pack_weights`' form, or the actor group's answer, one per rank (rank 0's holds them)."""
+        False in `get_weights`' answer) the LoRA adapters alone over the base held already. ``weights``: the
+        actor's bucketed answer (``buckets``, copied in one bucket at a time), `pack_weights`' form or a state
+        dict, or the actor group's answer, one per rank (rank 0's holds them). With LoRA the adapters held after
+        the copy must be the ones sent (the LoRA guard, `check_model_adapters`)."""
         if isinstance(weights, list):
             weights = next(w for w in weights if w is not None)
+        start = time.perf_counter()
         complete = bool(weights.get("complete", True))
-        if "buffers" in weights:
-            weights = unpack_weights(weights)
-        self.host.load_weights(weights, version, complete=complete)
+        if "buckets" in weights:
+            parts: Any = receive_buckets(weights["buckets"])
+        elif "buffers" in weights:
+            parts = [unpack_weights(weights)]
+        else:
+            parts = [weights]
+        counts = self.host.load_buckets(parts, version, complete=complete)
+        check_model_adapters(self.model, weights.get("adapters_digest"), version)
+        self.host.count_sync(time.perf_counter() - start, counts[1], counts[0])
 
     def get_state(self) -> dict[str, Any]:
         return {"weights": {k: v.detach().clone() for k, v in self.model.state_dict().items()},

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -42,8 +42,9 @@ from verl.workers.rollout.agent_pool import AgentPool
 from verl.workers.rollout.base import with_prompt_fields
 from verl.workers.rollout.chunked import decode_in_chunks
 from verl.workers.rollout.server import RolloutServer, generate_batch
-from verl.workers.rollout.stats import SERVER_CALLS, SERVER_REQUESTS, SYNC_BYTES, SYNC_SECONDS
+from verl.workers.rollout.stats import SERVER_CALLS, SERVER_REQUESTS, SYNC_BUCKETS, SYNC_BYTES, SYNC_SECONDS
 from verl.workers.rollout.streaming import StreamingPool
+from verl.workers.rollout.weight_sync import sync_settings
 
 VERSION_KEYS = ("min_global_steps", "max_global_steps")
 """verl's per-sample fields: the policy versions the sample's first and last tokens were drawn with"""
@@ -101,8 +102,12 @@ class RolloutHost:
         self.pool = self._pool(uses_agent_loop(config.actor_rollout_ref.rollout))
         self._idle_from: float | None = None
         """when the last generation ended: the rollout sits idle from then until the next one starts"""
-        self._synced_since = [0.0, 0]
-        """seconds and bytes of the engine's weight syncs since the last batch"""
+        self._synced_since: list[float] = [0.0, 0, 0]
+        """seconds, bytes and buckets of the weight syncs since the last batch (the engine's, and copies into the
+        model: `count_sync`)"""
+        self._copied = False
+        """whether weights were copied into the model since the last batch"""
+        sync_settings(config)  # (the checkpoint engine's keys, read early: a bad value fails at start-up)
         self._server_seen = (0, 0)
         """the server's requests answered and engine calls at the last batch"""
 
@@ -197,9 +202,10 @@ class RolloutHost:
         """The server's traffic since the last batch and (``syncs``) the weight syncs since the last one that
         counted them (`verl.workers.rollout.stats`)."""
         stats: dict[str, float] = {}
-        if syncs and self._engine is not None and self._engine.owns_weights:
-            stats = {SYNC_SECONDS: self._synced_since[0], SYNC_BYTES: self._synced_since[1]}
-            self._synced_since = [0.0, 0]
+        if syncs and (self._copied or (self._engine is not None and self._engine.owns_weights)):
+            seconds, nbytes, buckets = self._synced_since
+            stats = {SYNC_SECONDS: seconds, SYNC_BYTES: nbytes, SYNC_BUCKETS: buckets}
+            self._synced_since, self._copied = [0.0, 0, 0], False
         if self.server is not None:
             seen = (self.server.requests_answered, self.server.engine_calls)
             stats[SERVER_REQUESTS] = seen[0] - self._server_seen[0]
@@ -277,6 +283,7 @@ class RolloutHost:
                 engine.sync_weights(self.model, self.version)
                 self._synced_since[0] += engine.last_sync[0]
                 self._synced_since[1] += engine.last_sync[1]
+                self._synced_since[2] += engine.last_sync_buckets
             yield
 
     def _generate_here(self, prompts: DataProto, sampling: SamplingParams, version: int | None) -> DataProto:
@@ -295,14 +302,41 @@ class RolloutHost:
         """A state dict copied in, as ``version``: the whole model's (every parameter and buffer), or with
         ``complete`` False some of them (LoRA's adapters) over the rest held already. An engine with weights of
         its own takes them at its next generation."""
+        self.load_buckets([weights], version, complete)
+
+    def load_buckets(
+        self, buckets: Iterable[dict[str, torch.Tensor]], version: int, complete: bool = True
+    ) -> tuple[int, int]:
+        """`load_weights` from consecutive parts of a state dict (the weight sync's buckets), each copied in and
+        dropped before the next is read; ``(buckets, bytes)`` copied."""
         # a gathered state dict may name a tied weight (the LM head) once
-        missing, unexpected = self.model.load_state_dict(with_tied_names(self.model, weights), strict=False)
+        expected = set(self.model.state_dict().keys())
+        loaded: set[str] = set()
+        unexpected: list[str] = []
+        counts = [0, 0]
+        for bucket in buckets:
+            full_names = with_tied_names(self.model, bucket)
+            _, surplus = self.model.load_state_dict(full_names, strict=False)
+            unexpected.extend(surplus)
+            loaded.update(full_names)
+            counts[0] += 1
+            counts[1] += sum(t.numel() * t.element_size() for t in bucket.values())
+        missing = sorted(expected - loaded)
         if (missing and complete) or unexpected:
             raise RuntimeError(
                 f"the actor's weights do not fit the rollout's model: missing {missing[:5]}, unexpected "
                 f"{unexpected[:5]}"
             )
         self.version = int(version)
+        return counts[0], counts[1]
+
+    def count_sync(self, seconds: float, nbytes: int, buckets: int) -> None:
+        """A weight copy into this host's model (the separate rollout role's), counted into the next batch's
+        weight-sync figures with the engine's own syncs."""
+        self._synced_since[0] += seconds
+        self._synced_since[1] += nbytes
+        self._synced_since[2] += buckets
+        self._copied = True
 
     # ------------------------------------------------------------------ the streaming pool
 

@@ -36,6 +36,7 @@ from verl.workers.rollout.base import (
     batch_from_responses,
     requests_from_batch,
 )
+from verl.workers.rollout.weight_sync import bucketed_stream, sync_settings
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -149,6 +150,14 @@ class ServedEngine(RolloutEngine):
         self.dtype, self.device = dtype, device or param.device
         self.last_sync: tuple[float, int] = (0.0, 0)
         """the last weight sync's seconds and bytes"""
+        self.last_sync_buckets = 0
+        """the buckets of the last weight sync (`verl.workers.rollout.weight_sync`)"""
+        self.sync = sync_settings(config)
+        """the checkpoint engine's backend and bucket size (``rollout.checkpoint_engine``)"""
+        self._counts = [0, 0]
+        """buckets and bytes of the sync under way"""
+        self._syncing_version = 0
+        """the policy version of the sync under way"""
         self._start(
             module,
             model,
@@ -164,17 +173,19 @@ class ServedEngine(RolloutEngine):
 
     def sync_weights(self, model: torch.nn.Module, version: int) -> None:
         """Make the engine hold ``model``'s weights (the policy) as policy ``version``."""
-        start, self._sent = time.perf_counter(), 0
+        start, self._counts = time.perf_counter(), [0, 0]
+        self._syncing_version = version
         with self.awake():
             self._load(model)
         self.weights_version = version
-        self.last_sync = (time.perf_counter() - start, self._sent)
+        self.last_sync = (time.perf_counter() - start, self._counts[1])
+        self.last_sync_buckets = self._counts[0]
 
     def _policy_weights(self, model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-        """:func:`policy_weights`, each tensor's bytes counted into the sync's figure."""
-        for name, tensor in policy_weights(model):
-            self._sent += tensor.numel() * tensor.element_size()
-            yield name, tensor
+        """:func:`policy_weights` produced a bucket at a time (``update_weights_bucket_megabytes``: at most one
+        bucket of gathered full tensors alive besides the engine's copy), buckets and bytes counted into the
+        sync's figures."""
+        return bucketed_stream(policy_weights(model), self.sync.bucket_bytes, self._counts)
 
     def check_version(self, expected: int | None) -> None:
         if expected is not None and expected != self.weights_version:

@@ -7,13 +7,13 @@ on; tests/unit/test_sglang_adapter.py checks it against a stand-in with the API'
 ``output_ids`` and ``meta_info.output_token_logprobs`` / ``finish_reason``, ``update_weights_from_tensor``,
 ``release_memory_occupation`` / ``resume_memory_occupation``). Start-up says so.
 
-The engine runs its scheduler in subprocesses: weights go over in buckets of at most 512 MB (tensors by HF
-name; SGLang loads the names it is given). LoRA is not built for it (refused). The log-probs are SGLang's for the sampled tokens.
+The engine runs its scheduler in subprocesses: weights go over in buckets of at most
+``rollout.checkpoint_engine.update_weights_bucket_megabytes`` (tensors by HF name, one
+``update_weights_from_tensor`` call per bucket; SGLang loads the names it is given). LoRA is not built for it (refused). The log-probs are SGLang's for the sampled tokens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -21,9 +21,9 @@ import torch
 from verl.models.lora import has_adapters
 from verl.workers.rollout.base import SamplingParams, TokenRequest, TokenResponse, register_rollout
 from verl.workers.rollout.served import ServedEngine, known_engine_args, start_in_process
+from verl.workers.rollout.weight_sync import buckets
 
-BUCKET_BYTES = 512 << 20
-"""weights per update_weights_from_tensor call"""
+__all__ = ["SGLangRollout", "buckets", "import_sglang"]
 
 
 def import_sglang() -> Any:
@@ -35,23 +35,6 @@ def import_sglang() -> Any:
             '".[sglang]" on a GPU machine'
         ) from error
     return sglang
-
-
-def buckets(
-    weights: Iterable[tuple[str, torch.Tensor]], limit: int
-) -> Iterator[list[tuple[str, torch.Tensor]]]:
-    """Consecutive groups of (name, tensor) holding at most ``limit`` bytes each (a larger tensor alone)."""
-    bucket: list[tuple[str, torch.Tensor]] = []
-    size = 0
-    for name, tensor in weights:
-        nbytes = tensor.numel() * tensor.element_size()
-        if bucket and size + nbytes > limit:
-            yield bucket
-            bucket, size = [], 0
-        bucket.append((name, tensor))
-        size += nbytes
-    if bucket:
-        yield bucket
 
 
 @register_rollout("sglang")
@@ -104,7 +87,8 @@ class SGLangRollout(ServedEngine):
         self.engine = start_in_process(lambda: module.Engine(**options))
 
     def _load(self, model: torch.nn.Module) -> None:
-        for bucket in buckets(self._policy_weights(model), BUCKET_BYTES):
+        # (the stream is produced a bucket at a time already; these are the same buckets)
+        for bucket in buckets(self._policy_weights(model), self.sync.bucket_bytes):
             self.engine.update_weights_from_tensor(named_tensors=bucket, flush_cache=True)
 
     def _generate(self, requests: list[TokenRequest]) -> list[TokenResponse]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ import torch
 
 from verl.models.lora import adapter_config, has_adapters
 from verl.workers.rollout.base import SamplingParams, TokenRequest, TokenResponse, register_rollout
+from verl.workers.rollout.lora_guard import check_vllm_adapters
 from verl.workers.rollout.served import (
     ServedEngine,
     full,
@@ -202,6 +204,8 @@ class VLLMRollout(ServedEngine):
         self._lora: Any = None
         """the LoRARequest every generate names, once adapters are loaded (LoRA runs only)"""
         self._base_loaded = False
+        self.last_guard_s = 0.0
+        """the LoRA guard's seconds at the last sync"""
         if has_adapters(model):
             rank = int(adapter_config(model).r)
             if rank > LORA_RANKS[-1]:
@@ -225,6 +229,7 @@ class VLLMRollout(ServedEngine):
                 self.load_weights(self._policy_weights(model))
                 self._base_loaded = True
             self._load_adapters(model)
+            self._guard_adapters(model)
         else:
             self.load_weights(self._policy_weights(model))
         self.llm.reset_prefix_cache()
@@ -246,9 +251,21 @@ class VLLMRollout(ServedEngine):
 
         path = self.dir / "adapter"
         write_adapters(model, path)
-        self._sent += sum(p.numel() * p.element_size() for n, p in model.named_parameters() if ".lora_" in n)
+        self._counts[0] += 1  # (one adapter file: one bucket)
+        self._counts[1] += sum(
+            p.numel() * p.element_size() for n, p in model.named_parameters() if ".lora_" in n
+        )
         self.llm.llm_engine.add_lora(LoRARequest(ADAPTER, 1, str(path), load_inplace=True))
         self._lora = LoRARequest(ADAPTER, 1, str(path))
+
+    def _guard_adapters(self, model: torch.nn.Module) -> None:
+        """The LoRA guard (`verl.workers.rollout.lora_guard`): the requests name the adapter, and the adapter
+        the engine holds is the policy's. With tensor parallelism each rank's engine holds a shard of every
+        adapter, which is not compared (the check is skipped)."""
+        if self.tensor_parallel_size == 1:
+            start = time.perf_counter()
+            check_vllm_adapters(self.llm, self._lora, model, self._syncing_version)
+            self.last_guard_s = time.perf_counter() - start
 
     # -- generation ---------------------------------------------------------------------------------
 

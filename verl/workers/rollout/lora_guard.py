@@ -1,0 +1,137 @@
+"""The LoRA guard: after every weight sync into a rollout with weights of its own, check that it will generate
+with the adapters of the version just synced, not from the base model or a stale version.
+
+verl users lost runs to a rollout that silently generated from the base model after a sync (the adapters not
+loaded, loaded empty, or not named by the requests). Two places hold adapters of their own:
+
+- the separate rollout role's model (``separate_async``): the digest of its adapter tensors after the copy
+  must equal the digest the actor computed of the tensors it sent (`check_model_adapters`), and its LoRA
+  layers must be switched on;
+- a vLLM engine (the base once, then the adapters through its LoRA loader): the adapter id every generate names
+  must be registered in the engine, and the adapter tensors the engine holds (packed as it packs them, in its
+  dtype, the scaling folded into B) must equal the policy's (`check_vllm_adapters`).
+
+A failed check stops the run with one line (:class:`LoraSyncError`). Its cost is one pass over the adapter
+tensors (small beside the base weights; measured in docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from verl.models.lora import adapter_weight_names, has_adapters
+from verl.workers.rollout.weight_sync import checksum
+
+
+class LoraSyncError(RuntimeError):
+    """The rollout would generate from the base model or from stale adapters after a weight sync."""
+
+
+def adapter_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``model``'s adapter weights by state-dict name (``...q_proj.lora_A.default.weight``); empty without."""
+    names = adapter_weight_names(model)
+    return {name: t for name, t in model.state_dict(keep_vars=False).items() if name in names}
+
+
+def adapters_on(model: torch.nn.Module) -> bool:
+    """Whether every LoRA layer of ``model`` applies its adapters (none disabled, none merged away)."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    return all(not m.disable_adapters for m in model.modules() if isinstance(m, BaseTunerLayer))
+
+
+def check_model_adapters(model: torch.nn.Module, expected: str | None, version: int) -> None:
+    """The separate rollout role after a copy: its adapters are the ones the actor sent (``expected``, their
+    `checksum`) and switched on. A model without adapters, or no digest sent, is not checked."""
+    if expected is None or not has_adapters(model):
+        return
+    held = checksum(adapter_tensors(model).items())
+    if held != expected:
+        raise LoraSyncError(
+            f"LoRA guard: after the weight sync to policy version {version} the rollout's adapters are not the "
+            f"actor's (digest {held[:12]} held, {expected[:12]} sent): it would generate from the base model or "
+            "stale adapters"
+        )
+    if not adapters_on(model):
+        raise LoraSyncError(
+            f"LoRA guard: after the weight sync to policy version {version} the rollout's LoRA layers are "
+            "disabled: it would generate from the base model"
+        )
+
+
+def expected_vllm_adapters(model: torch.nn.Module) -> dict[str, tuple[torch.Tensor, ...]]:
+    """The policy's adapters as vLLM holds them, in float32: by module name (``model.layers.0.self_attn.q_proj``),
+    A and B x scaling (vLLM folds the scaling into B). FSDP2 shards are gathered (every rank calls this)."""
+    from peft.tuners.lora import LoraLayer
+
+    from verl.workers.rollout.served import full
+
+    out = {}
+    for prefix, module in model.named_modules():
+        if not isinstance(module, LoraLayer) or "default" not in module.lora_A:
+            continue
+        a = full(module.lora_A["default"].weight).to("cpu", torch.float32)
+        b = full(module.lora_B["default"].weight).to("cpu", torch.float32)
+        out[prefix] = (a, b * module.scaling["default"])
+    return out
+
+
+def engine_adapter_mismatches(
+    worker: Any, lora_id: int, expected: dict[str, tuple[torch.Tensor, ...]]
+) -> list[str]:
+    """In the vLLM worker: what differs between the adapter ``lora_id`` it holds and ``expected`` (one line
+    each; empty when it holds exactly those). Packed modules (qkv_proj, gate_up_proj) are unpacked into the
+    modules they pack, by vLLM's own mapping."""
+    manager = getattr(worker.model_runner, "lora_manager", None)
+    adapters = manager._adapter_manager if manager is not None else None
+    held_model = adapters.get_adapter(lora_id) if adapters is not None else None
+    if held_model is None:
+        return [f"adapter {lora_id} is not registered in the engine"]
+    held: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    for name, weights in held_model.loras.items():
+        if isinstance(weights.lora_a, list):
+            for sub, a, b in zip(
+                adapters.packed_modules.get(name, []), weights.lora_a, weights.lora_b, strict=False
+            ):
+                if a is not None:
+                    held[sub] = (a, b)
+        else:
+            held[name] = (weights.lora_a, weights.lora_b)
+    problems = []
+    for name, (a, b) in expected.items():
+        if name not in held:
+            problems.append(f"{name}: no adapter in the engine")
+            continue
+        for label, want, got in (("A", a, held[name][0]), ("B", b, held[name][1])):
+            # in the engine's dtype: the cast and the scaling may each round once there
+            got = got.detach().to("cpu")
+            want = want.to(got.dtype).float()
+            if got.shape != want.shape:
+                problems.append(f"{name}.{label}: shape {tuple(got.shape)} held, {tuple(want.shape)} trained")
+            elif not torch.allclose(got.float(), want, rtol=2 * torch.finfo(got.dtype).eps, atol=0.0):
+                diff = float((got.float() - want).abs().max())
+                problems.append(f"{name}.{label}: max |difference| {diff:.3g}")
+    return problems
+
+
+def check_vllm_adapters(llm: Any, lora_request: Any, model: torch.nn.Module, version: int) -> None:
+    """After a LoRA sync into a vLLM engine (in this process): the requests will name the adapter, and the
+    adapter the engine holds is the policy's (`engine_adapter_mismatches`)."""
+    if lora_request is None:
+        raise LoraSyncError(
+            f"LoRA guard: after the weight sync to policy version {version} the vLLM engine's requests name no "
+            "adapter: it would generate from the base model"
+        )
+    expected = expected_vllm_adapters(model)
+    results = llm.collective_rpc(
+        lambda worker: engine_adapter_mismatches(worker, lora_request.lora_int_id, expected)
+    )
+    problems = [line for result in results for line in result]
+    if problems:
+        raise LoraSyncError(
+            f"LoRA guard: after the weight sync to policy version {version} the vLLM engine would not generate "
+            f"with the policy's adapters ({len(problems)} differences, first: {problems[0]}): it would generate "
+            "from the base model or stale adapters"
+        )
