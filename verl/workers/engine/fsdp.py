@@ -35,6 +35,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from verl.models.loading import resolve_dtype
+from verl.utils.precision import choose_compute_dtype, model_dtype
 from verl.workers.engine.distributed import process_group_backend
 
 logger = logging.getLogger(__name__)
@@ -70,19 +71,12 @@ def mixed_precision(
     verl's bf16 on a GPU; on a CPU bf16 where it has bf16 instructions (AMX / avx512_bf16) and the kernels
     are not capped below them, the weights' own dtype elsewhere (there bf16 matrix products are emulated,
     several times slower than fp32)."""
-    from verl.utils.precision import choose_compute_dtype
-
     mp = fsdp_cfg.mixed_precision
     param_dtype = choose_compute_dtype(
         mp.param_dtype, device=device, weights_dtype=weights_dtype, key=f"{key}.mixed_precision.param_dtype"
     ).dtype
     reduce_dtype = resolve_dtype(mp.reduce_dtype, f"{key}.mixed_precision.reduce_dtype")
     return MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
-
-
-def _weights_dtype(model: torch.nn.Module) -> torch.dtype:
-    """The dtype of the first floating-point parameter (float32 when there is none)."""
-    return next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
 
 
 def layer_classes(hf_model: torch.nn.Module, fsdp_cfg: Any) -> set[str]:
@@ -107,7 +101,7 @@ def shard(
     options = {
         "mesh": device_mesh(fsdp_cfg.fsdp_size, device),
         "reshard_after_forward": bool(fsdp_cfg.reshard_after_forward),
-        "mp_policy": mixed_precision(fsdp_cfg, device, key, _weights_dtype(hf_model)),
+        "mp_policy": mixed_precision(fsdp_cfg, device, key, model_dtype(hf_model)),
     }
     if fsdp_cfg.offload_policy:
         if device.type != "cuda":
