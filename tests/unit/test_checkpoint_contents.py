@@ -92,6 +92,7 @@ def test_a_failed_background_write_fails_the_save_instead_of_waiting_forever(tmp
     part = tmp_path / "global_step_3.tmp" / "actor"
     _write_part_or_fail(part, 1, {"shards": shards})
     assert not (part / "done_rank1").exists()
+    _write_part_or_fail(part, 0, {})  # rank 0's part was written
     checkpointer = SimpleNamespace(root=tmp_path, run_id="run", keep=None, error=None)
     for method in ("_discard", "_storage_error"):  # the Checkpointer methods _finish reaches
         setattr(checkpointer, method, getattr(Checkpointer, method).__get__(checkpointer))
@@ -103,3 +104,51 @@ def test_a_failed_background_write_fails_the_save_instead_of_waiting_forever(tmp
     )
     assert "there is no earlier checkpoint" in str(checkpointer.error)
     assert not (tmp_path / "global_step_3.tmp").exists()
+
+
+def test_a_failed_save_waits_for_the_background_writers_before_removing_its_directory(tmp_path, monkeypatch):
+    """The driver's own write fails while a worker still writes its part in the background: the unfinished
+    directory is removed only once that writer ended, or the writer recreates it (a ``.tmp`` left behind)."""
+    import errno
+    import os
+    import threading
+    import time
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from verl.errors import StorageError
+    from verl.trainer.checkpointing import Checkpointer
+    from verl.workers.engine.trained import _write_part_or_fail
+
+    tmp = tmp_path / "global_step_2.tmp"
+
+    class SlowGroup:
+        world_size = 1
+
+        def save_checkpoint(self, path, background):
+            shards: Future = Future()
+
+            def write_late():
+                time.sleep(0.5)
+                shards.set_exception(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+
+            threading.Thread(target=write_late).start()
+            threading.Thread(target=_write_part_or_fail, args=(tmp / "actor", 0, {"shards": shards})).start()
+
+    config = SimpleNamespace(
+        trainer=SimpleNamespace(
+            default_local_dir=str(tmp_path),
+            async_save=True,
+            max_actor_ckpt_to_keep=None,
+            max_critic_ckpt_to_keep=None,
+        )
+    )
+    checkpointer = Checkpointer(config, {"actor_rollout": SlowGroup()}, run_id="run")
+
+    def no_space(*args, **kwargs):  # the driver's own write (trainer_state.pt) finds the disk full
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("verl.trainer.checkpointing.save_data", no_space)
+    with pytest.raises(StorageError, match="step 2"):
+        checkpointer.save(2, {"step": 2})
+    assert not tmp.exists(), sorted(str(p) for p in tmp.rglob("*"))

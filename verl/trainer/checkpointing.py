@@ -19,7 +19,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,12 +82,13 @@ class Checkpointer:
         self.wait()
         tmp = tmp_step_dir(self.root, step)
         shutil.rmtree(tmp, ignore_errors=True)  # an unfinished save of this step: never mixed with this one
-        parts = []
+        parts: list[Path] = []
         try:
             for role, group in self.groups.items():
                 subdir = TRAINED_ROLES[role]
+                part_markers = [tmp / subdir / f"done_rank{r}" for r in range(group.world_size)]
                 group.save_checkpoint(str(tmp / subdir), background=self.background)
-                parts += [tmp / subdir / f"done_rank{r}" for r in range(group.world_size)]
+                parts += part_markers
             save_data(
                 driver_state, tmp / "trainer_state.pt"
             )  # data only: a resume reads it without unpickling code
@@ -96,7 +97,7 @@ class Checkpointer:
             # the files meant to be handed on, readable.
             atomic_write_bytes(tmp / "config.yaml", OmegaConf.to_yaml(self.config).encode())
         except Exception as error:
-            failure = self._discard(step, error)
+            failure = self._discard(step, error, writers=parts)
             if failure is error:
                 raise
             raise failure from error
@@ -132,7 +133,7 @@ class Checkpointer:
             finalize_checkpoint(self.root, step)
             prune_checkpoints(self.root, self.keep, self.run_id, step)
         except Exception as error:  # surfaced by wait(), in the training thread (Ctrl-C and SIGTERM pass)
-            self.error = self._discard(step, error)
+            self.error = self._discard(step, error, writers=parts)
 
     def settle(self, timeout_s: float = 60.0) -> None:
         """On the way out after an error: give a checkpoint being finished in the background up to
@@ -152,10 +153,18 @@ class Checkpointer:
                 raise error
             raise RuntimeError(f"writing a checkpoint under {self.root} failed: {error}") from error
 
-    def _discard(self, step: int, error: BaseException) -> BaseException:
+    def _discard(
+        self, step: int, error: BaseException, writers: Sequence[Path] = (), timeout_s: float = 120.0
+    ) -> BaseException:
         """After checkpoint ``step`` failed with ``error``: remove its unfinished directory (never loaded, and on
         a full disk it holds the space) and return the error to raise, a StorageError when the file system
-        caused it."""
+        caused it. ``writers`` are the ``done_rank<r>`` markers of parts still being written in the background:
+        their writers end first (done or failed), or one would recreate the directory after its removal."""
+        deadline = time.monotonic() + timeout_s
+        for done in writers:
+            failed = done.with_name(done.name.replace("done_", "failed_"))
+            while not (done.exists() or failed.exists()) and time.monotonic() < deadline:
+                time.sleep(0.01)
         shutil.rmtree(tmp_step_dir(self.root, step), ignore_errors=True)
         return self._storage_error(step, error) or error
 
