@@ -35,3 +35,14 @@ def test_the_free_holes_of_a_fragmented_heap_go_back_to_the_system():
     finally:
         for block in blocks[7::8]:
             libc.free(block)
+
+
+def test_only_a_long_worker_call_is_followed_by_a_trim(monkeypatch):
+    import verl.utils.heap as heap
+
+    trims = []
+    monkeypatch.setattr(heap, "release_free_heap", lambda: trims.append(1) or True)
+    assert heap.trim_after_long_call(heap.TRIM_AFTER_CALL_S / 10) is False
+    assert trims == []  # a short call (the tiny model's): its freed pages stay for the next call to reuse
+    assert heap.trim_after_long_call(heap.TRIM_AFTER_CALL_S) is True
+    assert trims == [1]

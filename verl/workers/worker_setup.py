@@ -8,6 +8,7 @@ Used by the role workers (verl.workers.roles) and the separate rollout worker (v
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.config.schema import TrainerConfig
 from verl.models import load_hf_model, resolve_device
 from verl.protocol import DataProto
+from verl.utils.heap import trim_after_long_call
 from verl.utils.seeding import set_seed
 from verl.utils.threads import configure_torch_threads, threads_for_run
 from verl.workers.engine.distributed import init_distributed, process_group_backend
@@ -47,14 +49,17 @@ def attention_for(configured: str, remove_padding: bool) -> str:
 
 def on_device(method: Callable[..., Any]) -> Callable[..., Any]:
     """Run a worker method on the worker's device: DataProto arguments move there, a DataProto result
-    comes back to the CPU, where the driver and the other roles read it."""
+    comes back to the CPU, where the driver and the other roles read it. A long call's freed memory goes back
+    to the system (`trim_after_long_call`), so the next phase does not pile its peak on top of it."""
 
     @functools.wraps(method)
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
         def move(value: Any) -> Any:
             return value.select().to(self.device) if isinstance(value, DataProto) else value
 
+        start = time.perf_counter()
         result = method(self, *(move(a) for a in args), **{k: move(v) for k, v in kwargs.items()})
+        trim_after_long_call(time.perf_counter() - start)
         return result.to("cpu") if isinstance(result, DataProto) else result
 
     return run
