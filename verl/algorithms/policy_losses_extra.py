@@ -106,8 +106,8 @@ def compute_policy_loss_kl_cov(
     cov_t = (A_t − mean A)·(logπ_t − mean logπ) (valid tokens, detached),
     k = max(1, ⌊``kl_cov_ratio``·N_valid⌋) with ``kl_cov_ratio`` = 2e-4.
 
-    ``ppo_kl_coef`` defaults to 1.0, verl's code default (verl's YAML and the paper's recipes use 0.1
-    — set it). |Δ| uses the unclamped log-ratio, so the penalty keeps pulling far-off tokens back.
+    ``ppo_kl_coef`` defaults to 0.1, verl 0.9.1's (its YAML and the paper's recipes; older verl code
+    defaulted to 1.0). |Δ| uses the unclamped log-ratio, so the penalty keeps pulling far-off tokens back.
     Options are read from ``config.policy_loss``, where verl keeps them. Selection is per
     call, i.e. per micro-batch, as in verl. Aggregated by ``loss_agg_mode``.
     Metrics: ``actor/ppo_kl`` is, as in verl, the masked mean of |Δ| (not of −Δ); no clip fraction.
