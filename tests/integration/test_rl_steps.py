@@ -218,18 +218,26 @@ RL_RECIPES = [
 
 @pytest.mark.parametrize("recipe", RL_RECIPES)
 def test_every_recipe_runs_two_steps(recipe, tiny_model_dir, arithmetic_files, tmp_path):
+    # distill_arithmetic's teacher is the user's to give: here the student itself
+    teacher = (
+        [f"distillation.teacher_models.teacher_model.model_path={tiny_model_dir}"]
+        if "distill" in recipe
+        else []
+    )
     config = small_config(
         tiny_model_dir,
         arithmetic_files,
         tmp_path,
         "trainer.val_before_train=false",
         "trainer.critic_warmup=0",
+        *teacher,
         recipe=recipe,
     )
     summary = RLTrainer(config, reward_fn=parity_reward).fit()
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2]
-    assert all(np.isfinite(r["actor/pg_loss"]) for r in records)
+    loss = "actor/distillation/loss" if "distill" in recipe else "actor/pg_loss"
+    assert all(np.isfinite(r[loss]) for r in records)
     assert "val-core/arithmetic/acc/mean@1" in summary["val_after"]
     if recipe == "remax":
         assert "timing_s/gen_max" in records[-1]  # the greedy baseline rollout ran

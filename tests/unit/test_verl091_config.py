@@ -1,6 +1,7 @@
 """verl 0.9.1 parity of the config: its generated ppo_trainer config loads whole, its ``reward.*`` namespace acts
 (with the legacy top-level keys as aliases, a conflict between the two named), its new keys act or are refused
-with the reason, and its V1-trainer and on-policy-distillation launch scripts resolve with ``--print-config``.
+with the reason, and its V1-trainer and on-policy-distillation launch scripts resolve with ``--print-config``
+(distillation on, its teachers' settings read or reported).
 
 Fixtures: ``tests/data/verl_configs/v0.9.1_ppo_trainer.yaml`` (verl 0.9.1's
 ``verl/trainer/config/_generated_ppo_trainer.yaml``, from the PyPI wheel) and ``tests/data/verl_scripts/v09/``
@@ -325,7 +326,7 @@ def test_calculate_log_probs_is_on_by_default_where_the_engine_returns_them() ->
 
 
 @pytest.mark.parametrize("mode", ["colocate_async", "separate_async"])
-def test_num_warmup_batches_whole_as_a_float_is_read_and_a_fraction_only_in_colocate_async(mode: str) -> None:
+def test_num_warmup_batches_whole_as_a_float_is_read_and_a_fraction_in_both_modes(mode: str) -> None:
     key = f"trainer.v1.{mode}.num_warmup_batches"
     cfg = ppo(
         f"trainer.v1.trainer_mode={mode}", f"{key}=2.0", "trainer.v1.separate_async.parameter_sync_step=null"
@@ -338,13 +339,9 @@ def test_num_warmup_batches_whole_as_a_float_is_read_and_a_fraction_only_in_colo
         f"{key}=1.5",
         "trainer.v1.separate_async.parameter_sync_step=null",
     )
-    if mode == "colocate_async":
-        assert ppo(*overrides).trainer.v1[mode].num_warmup_batches == 1.5
-    else:
-        with pytest.raises(
-            ConfigError, match=rf"{key}=1.5: a fractional window .* not built for separate_async"
-        ):
-            ppo(*overrides)
+    assert ppo(*overrides).trainer.v1[mode].num_warmup_batches == 1.5
+    with pytest.raises(ConfigError, match=rf"{key} must be >= 0"):
+        ppo(*overrides[:1], f"{key}=-0.5", *overrides[2:])
 
 
 def test_off_policy_bound_and_strategy() -> None:
@@ -356,10 +353,15 @@ def test_off_policy_bound_and_strategy() -> None:
     # verl 0.9.1: null turns the bound off in the pool modes too
     none = ppo("trainer.v1.trainer_mode=colocate_async", f"{sampler}.max_off_policy_threshold=null")
     assert none.trainer.v1.sampler.max_off_policy_threshold is None
-    with pytest.raises(
-        ConfigError, match=r"max_off_policy_strategy=wait with trainer.v1.trainer_mode=colocate"
-    ):
-        ppo("trainer.v1.trainer_mode=colocate_async", f"{sampler}.max_off_policy_strategy=wait")
+    # verl's dropless strategy, in both pool modes: a generation that reached the bound is finished and trained
+    wait = f"{sampler}.max_off_policy_strategy=wait"
+    assert (
+        ppo("trainer.v1.trainer_mode=colocate_async", wait).trainer.v1.sampler.max_off_policy_strategy
+        == "wait"
+    )
+    stream = ppo("trainer.v1.trainer_mode=separate_async", "async_training.staleness_threshold=0.5", wait,
+                 "trainer.v1.separate_async.parameter_sync_step=null")  # fmt: skip
+    assert stream.trainer.v1.sampler.max_off_policy_strategy == "wait"
     with pytest.raises(ConfigError, match="must be one of drop, wait"):
         ppo(f"{sampler}.max_off_policy_strategy=block")
 
@@ -379,19 +381,47 @@ def test_hybrid_engine_false_only_with_separate_async_and_transfer_queue_loads()
         ppo(f"{ARR}.hybrid_engine=false")
 
 
-def test_every_distillation_key_loads_and_enabling_it_is_refused_in_one_line() -> None:
+def test_every_distillation_key_loads_and_the_teachers_keys_are_read() -> None:
     keys = [k for k in _leaves(yaml.safe_load(GENERATED.read_text())) if k.startswith("distillation.")]
     assert len(keys) > 40
     cfg = ppo(
-        "distillation.distillation_loss.loss_mode=k1",
+        "distillation.distillation_loss.loss_mode=k1",  # verl checks the loss only with distillation on
         "distillation.teacher_models.teacher_model.model_path=/teacher",
         "+distillation.teacher_models.gsm8k.inference.tensor_model_parallel_size=2",
+        "distillation.n_gpus_per_node=4",
     )
-    assert cfg.compat.no_effect["distillation.teacher_models.teacher_model.model_path"] == "/teacher"
+    assert cfg.distillation.teacher_models.teacher_model.model_path == "/teacher"
+    assert cfg.distillation.distillation_loss.loss_mode == "k1"
     assert cfg.compat.no_effect["distillation.teacher_models.gsm8k.inference.tensor_model_parallel_size"] == 2
-    with pytest.raises(ConfigError) as info:
-        ppo("distillation.enabled=true")
-    assert "on-policy distillation" in str(info.value) and "\n" not in str(info.value)
+    assert cfg.compat.no_effect["distillation.n_gpus_per_node"] == 4
+    assert "inference" not in cfg.distillation.teacher_models.get("gsm8k", {})
+    report = "\n".join(notices(cfg))
+    assert "distillation.n_gpus_per_node=4" in report and "actor's worker processes" in report
+
+
+def test_enabling_distillation_checks_the_loss_and_the_teachers_before_any_model_loads() -> None:
+    on = ["distillation.enabled=true", f"{ARR}.model.path=/nowhere"]
+    teacher = "distillation.teacher_models.teacher_model.model_path=/teacher"
+    cfg = ppo(*on, teacher)  # no model is read: the paths are checked where the models load
+    assert cfg.distillation.enabled is True
+    cases = [
+        ([], "distillation.teacher_models.teacher_model.model_path must be set"),
+        ([teacher, "distillation.distillation_loss.loss_mode=k1"], "does not depend on the teacher"),
+        ([teacher, "distillation.distillation_loss.loss_mode=forward_kl"], "did you mean 'forward_kl_topk'"),
+        ([teacher, "distillation.distillation_loss.policy_loss_mode=gspo"], "only vanilla"),
+        ([teacher, "+distillation.teacher_models.teacher_model.model_pth=/t"], "a teacher entry takes key"),
+        (["+distillation.teacher_models.a.model_path=/a", "+distillation.teacher_models.b.model_path=/b"],
+         "distillation.teacher_models.a.key must be set"),
+        ([teacher, "distillation.distillation_loss.loss_max_clamp=0"], "loss_max_clamp must be > 0"),
+    ]  # fmt: skip
+    for extra, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            ppo(*on, *extra)
+    # GRPO's groups need rollout.n >= 2, unless the task's advantages train nothing (verl's OPD scripts)
+    one = (*on, teacher, "algorithm.adv_estimator=grpo", f"{ARR}.rollout.n=1")
+    with pytest.raises(ConfigError, match="or distil without task rewards"):
+        ppo(*one)
+    assert ppo(*one, "distillation.distillation_loss.use_task_rewards=false")[ARR].rollout.n == 1
 
 
 # ------------------------------------------------------------------------------ the scripts
@@ -424,12 +454,6 @@ def test_the_recorded_091_scripts() -> None:
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
 def test_a_091_script_resolves_and_its_keys_take_effect(name: str, tmp_path: Path) -> None:
     argv = _argv(name, tmp_path)
-    if name in OPD:  # refused at start-up with the reason; without distillation the rest resolves
-        rc, _, err = _print_config(argv)
-        assert rc == 2 and "distillation.enabled=true: on-policy distillation" in err, err
-        # verl's OPD trains on the teacher's signal with one response per prompt; without it GRPO needs groups
-        drop = {"distillation.enabled=True": None, f"{ARR}.rollout.n=1": f"{ARR}.rollout.n=4"}
-        argv = [drop.get(a, a) for a in argv if drop.get(a, a) is not None]
     rc, out, err = _print_config(argv)
     assert rc == 0, err
     cfg = yaml.safe_load(out)
@@ -439,7 +463,12 @@ def test_a_091_script_resolves_and_its_keys_take_effect(name: str, tmp_path: Pat
         ov = parse_override(text)
         rule = rule_for(ov.key)
         key = renamed(ov.key, rule) if ov.key not in fields and rule and rule.kind == "rename" else ov.key
-        if key in fields and not fields[key].section and key not in mapped:
+        if key.startswith("distillation.teacher_models.") and rule.kind == "rename":  # read into our mapping
+            value = cfg
+            for part in key.split("."):
+                value = value[part]
+            assert value == ov.value, (text, value)
+        elif key in fields and not fields[key].section and key not in mapped:
             value = cfg
             for part in key.split("."):
                 value = value[part]
@@ -451,5 +480,16 @@ def test_a_091_script_resolves_and_its_keys_take_effect(name: str, tmp_path: Pat
     if name == "v09_v1_colocate_async_disrm":
         assert cfg["reward_model"]["enable"] is True and cfg["reward_model"]["reward_manager"] == "dapo"
         assert cfg["trainer"]["v1"]["trainer_mode"] == "colocate_async"
+    if name in OPD:  # verl's OPD: one response per prompt, the distillation loss alone, as a reward
+        distillation = cfg["distillation"]
+        assert distillation["enabled"] is True and cfg[ARR]["rollout"]["n"] == 1
+        assert distillation["distillation_loss"]["use_policy_gradient"] is True
+        teachers = {
+            e["key"]: e["model_path"] for e in distillation["teacher_models"].values() if e["model_path"]
+        }
+        expected = {None: "Qwen/Qwen3-32B"} if name == "v09_opd" else {
+            "openai/gsm8k": "Qwen/Qwen3-32B", "hiyouga/geometry3k": "Qwen/Qwen3-VL-32B-Instruct"}  # fmt: skip
+        assert teachers == expected
+        assert "timing" not in report and "teacher (" not in report  # (nothing about the step plan here)
     if name == "v09_v1_separate_async":
         assert cfg["trainer"]["v1"]["separate_async"]["parameter_sync_step"] == 4

@@ -232,7 +232,6 @@ def test_resume_from_path() -> None:
         ("reward_model.model.override_config={num_labels: 2}", "reward model's HuggingFace config"),
         ("algorithm.use_pf_ppo=True", "PF-PPO"),
         (f"{ARR}.rollout.multi_turn.interaction_config_path=x.yaml", "simulated users"),
-        ("distillation.enabled=True", "distillation"),
         ("trainer.default_hdfs_dir=hdfs://x", "HDFS"),
     ],
 )

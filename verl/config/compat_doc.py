@@ -73,6 +73,8 @@ def _disposition(key: str, rule: Rule | None, ours: bool, here: dict[str, Any]) 
     if ours:
         return "works" + (f"; default here {_yaml(here[key])}" if key in here else "")
     assert rule is not None, key
+    if rule.kind == "rename" and renamed(key, rule) == key:  # an entry of a free-form mapping of ours
+        return "works"
     if rule.kind == "rename":
         return f"→ `{renamed(key, rule)}`" + (" (deprecated)" if rule.deprecated else "")
     if rule.kind == "only":
@@ -120,7 +122,8 @@ def _table(config: str, schema: type, rules: tuple[Rule, ...], recipe: str) -> t
             counts["works"] += 1
             continue
         rule = None if ours else rule_for(key, rules)
-        counts["works" if ours else rule.kind] += 1
+        read_as_is = rule is not None and rule.kind == "rename" and renamed(key, rule) == key
+        counts["works" if ours or read_as_is else rule.kind] += 1
         differs = {key: here[key]} if ours and key in here and here[key] != entry["default"] else {}
         text = _disposition(key, rule, ours, differs)
         parent, _, leaf = key.rpartition(".")

@@ -58,7 +58,7 @@ from verl.config.verl_compat import (
     translate_leaf,
     walk_leaves,
 )
-from verl.config.verl_rules import HYDRA_GROUPS
+from verl.config.verl_rules import HYDRA_GROUPS, READ_BY_LEAF
 from verl.config.verl_rules_common import Rule
 
 __all__ = [
@@ -155,6 +155,8 @@ def _translate(
     spellings = {} if spellings is None else spellings
 
     def stop(key: str) -> bool:  # a value judged whole: a leaf of ours, or a verl mapping judged as one value
+        if key in READ_BY_LEAF.get(config, ()):
+            return False
         return (key in fields and not fields[key].section) or stops_walk(key, rules, config)
 
     for key, value in walk_leaves(plain, stop):
@@ -210,8 +212,19 @@ def _delete(
     if which is not None and is_verl_key(ov.key, which[0]):
         for entries in compat.values():
             entries.pop(ov.key, None)
+        _delete_read_by_leaf(cfg, key, which[0])
         return
     raise _unknown_key_error(ov.key, schema, f"override {ov.text!r}: ")
+
+
+def _delete_read_by_leaf(cfg: DictConfig, key: str, config: str) -> None:
+    """``~distillation.teacher_models.<name>[.<key>]``: the entry (or its key) leaves our free-form mapping."""
+    for mapping in READ_BY_LEAF.get(config, ()):
+        if key.startswith(mapping + "."):
+            parent, _, leaf = key.rpartition(".")
+            node = OmegaConf.select(cfg, parent)
+            if OmegaConf.is_dict(node) and leaf in node:
+                del node[leaf]
 
 
 def load_config(

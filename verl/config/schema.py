@@ -8,7 +8,8 @@ Batch sizes follow verl's units: ``data.train_batch_size`` and ``actor.ppo_mini_
 Sizes derived from these live in :func:`verl.config.sizes.derive_sizes` and are never written back.
 The workers' sections (``actor_rollout_ref``, ``critic``) are in ``schema_workers.py``, ``algorithm`` in
 ``schema_algorithm.py``, ``custom_reward_function`` and ``reward_model`` in ``schema_reward.py``, ``trainer`` and
-``async_training`` in ``schema_trainer.py``; all are re-exported here.
+``async_training`` in ``schema_trainer.py``, ``distillation`` in ``schema_distillation.py``; all are re-exported
+here.
 
 ``Optional[...]`` is kept (rather than ``X | None``) because older OmegaConf releases cannot read PEP 604 unions.
 """
@@ -24,6 +25,7 @@ from verl.config.schema_algorithm import (
     KLControlConfig,
     RolloutCorrectionConfig,
 )
+from verl.config.schema_distillation import DistillationConfig, DistillationLossSection
 from verl.config.schema_reward import (
     CustomRewardFunctionConfig,
     OverlongBufferConfig,
@@ -72,6 +74,8 @@ __all__ = [
     "CriticModelConfig",
     "CustomRewardFunctionConfig",
     "DataConfig",
+    "DistillationConfig",
+    "DistillationLossSection",
     "FSDPConfig",
     "FilterGroupsConfig",
     "KLControlConfig",
@@ -203,6 +207,8 @@ class TrainerConfig:
     """loop, logging and checkpoints"""
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
     """verl's fully-async keys: streaming rollout with partial rollouts (trainer_mode=separate_async)"""
+    distillation: DistillationConfig = field(default_factory=DistillationConfig)
+    """on-policy distillation from frozen teacher models"""
     prepare: PrepareConfig = field(default_factory=PrepareConfig)
     """creation of missing inputs (ours, not verl)"""
     compat: CompatSection = field(default_factory=CompatSection)

@@ -5,7 +5,8 @@ Every problem is collected and reported in one :class:`ConfigError`, each naming
 what is allowed. The numeric rules are grouped by section, written with the checks of ``value_rules.py``: the
 data, reward, trainer and batch sections below (and the SFT config's), the rules the RL and SFT configs share
 in ``validation_shared.py``, the actor_rollout_ref, critic and algorithm sections in ``validation_workers.py``,
-and the asynchronous modes' rules in ``validation_async.py``.
+the asynchronous modes' rules in ``validation_async.py`` and the distillation section's in
+``validation_distillation.py``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from verl.config.reward_fns import term_config_problems
 from verl.config.schema import TrainerConfig
 from verl.config.sizes import TOKEN_BUDGET_KEYS, derive_sizes, token_budgets
 from verl.config.validation_async import async_errors
+from verl.config.validation_distillation import distillation_errors
 from verl.config.validation_shared import (
     chat_template_kwargs_errors,
     lora_errors,
@@ -204,6 +206,7 @@ def _trainer_config_errors(cfg: DictConfig) -> list[str]:
     _reward_errors(errors, cfg)
     _trainer_errors(errors, cfg)
     async_errors(errors, cfg)
+    distillation_errors(errors, cfg)
     _batch_errors(errors, cfg)
     errors.extend(backend_errors(cfg))
     if not errors:

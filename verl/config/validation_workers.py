@@ -227,13 +227,22 @@ def algorithm_errors(errors: list[str], cfg: DictConfig) -> None:
         errors, algo.rollout_correction, cfg.actor_rollout_ref.actor.recompute_old_log_prob
     )
     # an estimator whose baseline comes from the other responses to the same prompt (registered with
-    # groups=True) needs rollout.n >= 2 (verl: "GRPO needs rollout.n > 1")
-    if estimator_needs(algo.adv_estimator).groups and n == 1:
+    # groups=True) needs rollout.n >= 2 (verl: "GRPO needs rollout.n > 1"), unless its advantages train nothing:
+    # on-policy distillation without task rewards (verl's OPD scripts sample once per prompt)
+    if estimator_needs(algo.adv_estimator).groups and n == 1 and not _advantages_unused(cfg):
         errors.append(
             f"algorithm.adv_estimator={algo.adv_estimator} compares the responses to each prompt with each "
             f"other, so it needs {ARR}.rollout.n >= 2 (the group size); got 1: set rollout.n (e.g. 8), or use "
-            "an estimator that works with one response per prompt (gae, reinforce_plus_plus, remax)"
+            "an estimator that works with one response per prompt (gae, reinforce_plus_plus, remax), or distil "
+            "without task rewards (distillation.enabled=true, distillation.distillation_loss.use_task_rewards=false)"
         )
+
+
+def _advantages_unused(cfg: DictConfig) -> bool:
+    """On-policy distillation without task rewards: the actor's loss is the distillation loss alone."""
+    from verl.config.validation_distillation import distillation_enabled
+
+    return distillation_enabled(cfg) and not cfg.distillation.distillation_loss.use_task_rewards
 
 
 def _rollout_correction_errors(errors: list[str], rc: Any, recompute: Any) -> None:

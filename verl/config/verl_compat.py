@@ -54,7 +54,8 @@ def verl_keys(config: str = "ppo_trainer") -> dict[str, dict[str, Any]]:
 
     ``<config>.json`` is the union of verl's generated configs (``scripts/extract_verl_keys.py``);
     ``<config>_code.json`` adds the keys verl's code reads with ``.get`` that no generated config lists (the
-    ``limited`` reward manager's ``reward.timeout`` and rate limits, which verl's users add with ``+``)."""
+    ``limited`` reward manager's ``reward.timeout`` and rate limits, which verl's users add with ``+``), and keys
+    newer than v0.9.1 that verl's own scripts add with ``+`` (``distillation_loss.use_chunked_topk``)."""
     keys = json.loads((KEYS_DIR / f"{config}.json").read_text())
     code = KEYS_DIR / f"{config}_code.json"
     if code.is_file():

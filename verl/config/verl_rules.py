@@ -53,6 +53,7 @@ __all__ = [
     "PPO_RULES",
     "PROFILER",
     "RAY",
+    "READ_BY_LEAF",
     "REWARD_MODEL",
     "ROLLOUT_IS_V06",
     "SEED",
@@ -84,6 +85,10 @@ FREE_FORM = {
     ),
     "sft_trainer": ("optim.override_optimizer_config", "hydra"),
 }
+
+# Free-form mappings of ours read leaf by leaf through the rules, because verl's entries hold keys with no effect
+# here beside the ones read: a distillation teacher's key and model_path are kept, its inference.* reported.
+READ_BY_LEAF = {"ppo_trainer": ("distillation.teacher_models",), "sft_trainer": ()}
 
 HYDRA_GROUPS = {"ppo_trainer": ("model_engine",), "sft_trainer": ("engine", "model", "optim", "profiler")}
 """Hydra config groups verl's scripts select by name (``engine=fsdp``): keys with a name for a value"""

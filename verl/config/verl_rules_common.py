@@ -114,4 +114,19 @@ CONCURRENCY = (
     "the limited reward manager's cap on reward calls in flight: each reward worker here makes its calls one at a "
     "time, within any cap (reward_model.max_rpm / max_tpm pace them)"
 )
-DISTILLATION = "on-policy distillation (verl 0.8+: a teacher model's log-probs in the student's loss) is not built here yet"
+TEACHER_PLACEMENT = (
+    "where verl places its distillation teachers (a GPU pool of their own, replicas of an inference server): each "
+    "teacher here runs in the actor's worker processes next to the reference, sharded and offloaded like it under "
+    "FSDP2"
+)
+TEACHER_SERVER = (
+    "a setting of verl's vLLM / SGLang teacher server: each teacher here is a transformers model scoring in the "
+    "actor's worker processes (actor_rollout_ref.model's padding removal, prompt sharing and log_prob_chunk_size; "
+    "at temperature 1, as verl's server)"
+)
+CHUNKED_TOPK = (
+    "verl (after 0.9.1) streams forward_kl_topk's log-softmax in chunks to save memory: here the student's log-probs "
+    "at the teacher's top-k ids are always taken chunk by chunk inside the LM head, "
+    "actor_rollout_ref.model.log_prob_chunk_size positions at a time (0 = all at once), recomputed in the backward "
+    "pass"
+)

@@ -8,10 +8,10 @@ from __future__ import annotations
 from verl.config.verl_rules_common import (
     ASYNC,
     CHECKPOINT,
+    CHUNKED_TOPK,
     COMPUTE_DTYPE,
     CONCURRENCY,
     DERIVED,
-    DISTILLATION,
     FSDP,
     FSDP_KEYS,
     HYDRA,
@@ -28,6 +28,8 @@ from verl.config.verl_rules_common import (
     SERVER,
     STRATEGY,
     TARGET,
+    TEACHER_PLACEMENT,
+    TEACHER_SERVER,
     ULYSSES,
     WEIGHT_SYNC,
     Rule,
@@ -139,7 +141,6 @@ PPO_RULES: tuple[Rule, ...] = (
     ),
     _only("algorithm.rollout_is", (None, False), ROLLOUT_IS_V06),
     _only("algorithm.rollout_is_threshold", (None,), ROLLOUT_IS_V06),
-    _only("distillation.enabled", (False,), DISTILLATION),
     _deferred(
         "actor_rollout_ref.hybrid_engine",
         "whether verl's actor holds the rollout engine: here the actor and the rollout share one module, except "
@@ -396,7 +397,15 @@ PPO_RULES: tuple[Rule, ...] = (
     _no("reward.reward_manager.module.*", "verl's module.name is unused: the class is reward_manager.name"),
     _no("reward_manager.module.*", "verl's module.name is unused: the class is reward_manager.name"),
     _no("*sandbox_fusion.*", "the sandbox service verl's code scorers call: code tasks are not built here"),
-    _no("distillation.*", "distillation settings (distillation.enabled=false)"),
+    # distillation: the section is ours (verl.config.schema_distillation) but for where verl runs its teachers
+    _no("distillation.n_gpus_per_node", TEACHER_PLACEMENT),
+    _no("distillation.nnodes", TEACHER_PLACEMENT),
+    _no("distillation.teacher_models.*.num_replicas", TEACHER_PLACEMENT),
+    _no("distillation.teacher_models.*.inference.*", TEACHER_SERVER),
+    _no("distillation.distillation_loss.use_chunked_topk", CHUNKED_TOPK),
+    _no("distillation.distillation_loss.chunked_topk_chunk_size", CHUNKED_TOPK),
+    # a teacher entry's key and model_path: read into our free-form distillation.teacher_models as they are
+    _rename("distillation.teacher_models.*", "distillation.teacher_models.*"),
     _no(
         "transfer_queue.*",
         "verl's TransferQueue data plane (its V1 trainer always turns it on): data moves between the roles over "

@@ -22,6 +22,8 @@ class PlotSpec:
     """(metric key, legend label)"""
     band: tuple[str, str] | None = None
     """(min key, max key) shaded around the first line"""
+    optional: bool = False
+    """only some runs log it (on-policy distillation): not named among the curves not recorded"""
 
 
 TRAINING_PLOTS = (
@@ -42,6 +44,13 @@ TRAINING_PLOTS = (
     PlotSpec("Entropy", "per token", (("actor/entropy", "entropy"),)),
     PlotSpec("Gradient norm", "", (("actor/grad_norm", "actor"), ("critic/grad_norm", "critic"))),
     PlotSpec("Policy loss", "", (("actor/pg_loss", "pg_loss"),)),
+    PlotSpec(
+        "Distillation loss (to the teacher)",
+        "",
+        (("actor/distillation/loss", "distillation loss"),),
+        band=("actor/distillation/loss_min", "actor/distillation/loss_max"),
+        optional=True,
+    ),
     PlotSpec("Value loss", "", (("critic/vf_loss", "vf_loss"),)),
     PlotSpec("Clipped fraction", "fraction of tokens", (("actor/pg_clipfrac", "pg_clipfrac"),)),
     PlotSpec("Learning rate", "", (("actor/lr", "actor"), ("critic/lr", "critic"))),
@@ -106,7 +115,7 @@ def _spec_section(
         figure = _spec_figure(spec, series, figures)
         if figure:
             shown.append(figure)
-        else:
+        elif not spec.optional:
             absent.append(f"{spec.title} ({', '.join(k for k, _ in spec.keys)})")
     used = {k for spec in specs for k, _ in spec.keys} | {k for spec in specs for k in spec.band or ()}
     if not shown:

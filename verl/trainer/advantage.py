@@ -64,10 +64,12 @@ def compute_advantages(
     values: DataProto | None = None,
     *,
     plan: Any,
+    teacher: DataProto | None = None,
 ) -> dict[str, Any]:
-    """Driver step of the RL step: merge what the roles computed into one batch, apply the in-reward KL
-    penalty (optional), run the estimator. Returns ``{"batch": ..., "metrics": {...}}``; channel values are
-    never changed in place, so the batch is a new DataProto."""
+    """Driver step of the RL step: merge what the roles computed into one batch (with on-policy distillation
+    the teachers' ``teacher_logprobs`` / ``teacher_ids``), apply the in-reward KL penalty (optional), run the
+    estimator. Returns ``{"batch": ..., "metrics": {...}}``; channel values are never changed in place, so the
+    batch is a new DataProto."""
     metrics: dict[str, float] = {}
     batch = batch.select() if scores is None else batch.select().union(scores)
     if old is not None:
@@ -77,7 +79,7 @@ def compute_advantages(
             metrics.update(rollout_probs_diff(batch))
     elif plan.old_log_probs == "from_rollout":
         batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]
-    for part in (ref, values):
+    for part in (ref, teacher, values):
         if part is not None:
             batch = batch.union(part)
     if plan.kl_ctrl is not None:

@@ -8,9 +8,11 @@ from typing import Any, Literal
 import torch
 
 from verl.algorithms import estimator_needs, get_kl_controller
+from verl.algorithms.distillation import get_distillation_loss_settings
 from verl.algorithms.rollout_correction import correction_enabled
 from verl.config import DerivedSizes, TrainerConfig
 from verl.config.backends import training_strategy
+from verl.config.validation_distillation import distillation_enabled
 from verl.models.loading import resolve_dtype
 from verl.models.plumbing import resolve_device
 from verl.workers.rollout import get_rollout_class
@@ -60,6 +62,12 @@ class StepPlan:
     """trainer.v1.trainer_mode=separate_async: batches the rollout role generates ahead (None: synchronous)"""
     streaming: str | None = None
     """fully async (staleness_threshold > 0) or colocate_async: what the rollout's pool holds (None: no pool)"""
+    teacher: bool = False
+    """on-policy distillation: the teachers score the batch (``teacher_logprobs`` / ``teacher_ids``) for the
+    actor's distillation loss"""
+    teacher_topk: int = 0
+    """how many of the teacher's top tokens per position it returns (forward_kl_topk); 0 = the sampled token's
+    log-prob only (the estimator losses)"""
     source: Any = field(default=None, compare=False, repr=False)
     """the :class:`verl.trainer.sources.BatchSource` the step takes its batch from, chosen by the trainer mode
     (``verl.trainer.sources.source_for``; None: generate now)"""
@@ -84,6 +92,8 @@ class StepPlan:
             train_batch_size=config.data.train_batch_size,
             rollout_ahead=_rollout_ahead(config),
             streaming=_streaming(config),
+            teacher=distillation_enabled(config),
+            teacher_topk=_teacher_topk(config),
         )
 
     def update_actor(self, step: int) -> bool:
@@ -96,7 +106,12 @@ class StepPlan:
 
     def describe(self) -> str:
         passes = [f"old log-probs: {self.old_log_probs}"]
-        passes += [name for name, on in (("reference", self.ref), ("critic", self.critic)) if on]
+        teacher = f"teacher (top-{self.teacher_topk})" if self.teacher_topk else "teacher"
+        passes += [
+            name
+            for name, on in (("reference", self.ref), (teacher, self.teacher), ("critic", self.critic))
+            if on
+        ]
         passes += [name for name, on in self._extras() if on]
         return f"step plan: {self.n} responses per prompt; " + ", ".join(passes)
 
@@ -113,6 +128,14 @@ class StepPlan:
                 correction_enabled(self.algorithm.rollout_correction),
             ),
         ]
+
+
+def _teacher_topk(config: TrainerConfig) -> int:
+    """``distillation_loss.topk`` for a top-k loss (forward_kl_topk), else 0; 0 without distillation."""
+    if not distillation_enabled(config):
+        return 0
+    loss = config.distillation.distillation_loss  # (checked when the config loaded)
+    return int(loss.topk) if get_distillation_loss_settings(loss.loss_mode).use_topk else 0
 
 
 def _describe_correction(rc: Any) -> str:

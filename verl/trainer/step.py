@@ -1,6 +1,6 @@
 """One RL step, in verl's order, as one function over the trainer's :class:`Controller`.
 
-    batch (from the mode's source) → score ∥ old log-probs ∥ reference log-probs ∥ values → advantages → critic → actor
+    batch (from the mode's source) → score ∥ old log-probs ∥ reference ∥ teacher ∥ values → advantages → critic → actor
 
 Every role call is visible in :func:`rl_step`. ``flow.call`` declares a call and returns a channel
 (a future) at once; the controller runs each call as soon as its inputs are ready, so scoring, the
@@ -70,8 +70,8 @@ def train_on(
     more: Iterator[DataProto],
     metrics: list[DataChannel | dict[str, float]] | None = None,
 ) -> StepResult:
-    """Everything of the step after generation: score ∥ old log-probs ∥ reference ∥ values → advantages →
-    critic → actor, on a batch from any source."""
+    """Everything of the step after generation: score ∥ old log-probs ∥ reference ∥ teacher ∥ values →
+    advantages → critic → actor, on a batch from any source. (Validation never calls the teacher, as in verl.)"""
     metrics = [] if metrics is None else metrics
     if plan.refill_until_varied:  # DAPO: keep groups whose rewards differ, more from the source until full
         batch, refill_metrics = refill_until_varied(flow, plan, step, batch, more)
@@ -85,18 +85,20 @@ def train_on(
             parts=plan.sizes.dp_size,
         )
         metrics.append(balance_metrics)
-    old = ref = values = scores = None
+    old = ref = teacher = values = scores = None
     if not plan.refill_until_varied:  # (dynamic sampling scored the batch already)
         scores = flow.call("reward", "compute_score", data=batch, name="reward")
     if plan.old_log_probs == "recompute":
         old = flow.call("actor_rollout", "compute_log_prob", data=batch, name="old_log_prob")
     if plan.ref:
         ref = flow.call("actor_rollout", "compute_ref_log_prob", data=batch, name="ref")
+    if plan.teacher:  # on-policy distillation: the teachers sit in the actor's workers, beside the reference
+        teacher = flow.call("actor_rollout", "compute_teacher_log_prob", data=batch, name="teacher")
     if plan.critic:
         values = flow.call("critic", "compute_values", data=batch, name="values")
     batch, adv_metrics = flow.driver(
         compute_advantages, name="adv", outputs=("batch", "metrics"),
-        batch=batch, scores=scores, old=old, ref=ref, values=values, plan=plan,
+        batch=batch, scores=scores, old=old, ref=ref, teacher=teacher, values=values, plan=plan,
     )  # fmt: skip
     metrics.append(adv_metrics)
     # Without an old-log-prob pass the update's own forward pass measures actor/entropy.

@@ -13,6 +13,14 @@ from typing import Any
 import torch
 
 from verl.algorithms import LossContext, agg_loss, anneal, get_policy_loss_fn, kl_penalty
+from verl.algorithms.distillation import (
+    METRIC_AGGREGATION,
+    DistillationLossOptions,
+    combine_with_policy_loss,
+    distillation_loss,
+    forward_kl_topk,
+    needs_policy_loss,
+)
 from verl.algorithms.rollout_correction import compute_rollout_correction
 from verl.protocol import DataProto
 from verl.workers.engine.batching import lockstep_micro_batches, restore_order
@@ -23,17 +31,38 @@ from verl.workers.engine.trained import TrainedModel
 from verl.workers.engine.update_loop import RoleUpdate, UpdatePlan, run_update, share_of_tokens
 
 UPDATE_KEYS = ("responses", "input_ids", "attention_mask", "position_ids", "response_mask", "advantages")
+OPTIONAL_UPDATE_KEYS = (
+    "old_log_probs",
+    "ref_log_prob",
+    "rollout_is_weights",
+    "teacher_logprobs",
+    "teacher_ids",
+)
+DISTILLATION_PREFIX = "actor/"
+"""the actor logs verl's ``distillation/*`` metrics as ``actor/distillation/*``"""
 
 
 def response_logprobs(
-    scorer: torch.nn.Module, micro: DataProto, temperature: float, with_entropy: bool
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+    scorer: torch.nn.Module,
+    micro: DataProto,
+    temperature: float,
+    with_entropy: bool,
+    at_ids: torch.Tensor | None = None,
+) -> (
+    tuple[torch.Tensor, torch.Tensor | None]
+    | tuple[torch.Tensor, torch.Tensor | None, dict[str, torch.Tensor]]
+):
     """log p of each response token (logits divided by the sampling temperature), and the entropies when
     asked for: ``[rows, response_length]``, zero at padding. ``scorer`` is a `PolicyScorer` (or DDP
-    around one); a plain causal LM is wrapped in a padded one."""
+    around one); a plain causal LM is wrapped in a padded one.
+
+    With ``at_ids`` (``[rows, response_length, k]``, a distillation teacher's top-k ids) a third item holds, from
+    the same forward pass, the log-probs at those ids (``at_ids_log_probs``, with gradients) and each position's
+    own top-k ids (``topk_ids``), as `PolicyScorer` returns them."""
     if not isinstance(unwrap(scorer), PolicyScorer):
         scorer = PolicyScorer(scorer)
     b = micro.batch
+    head = {} if at_ids is None else {"at_ids": at_ids, "topk": at_ids.shape[-1]}
     return scorer(
         b["input_ids"],
         b["attention_mask"],
@@ -42,6 +71,7 @@ def response_logprobs(
         response_mask_of(micro),
         temperature,
         with_entropy,
+        **head,
     )
 
 
@@ -127,6 +157,27 @@ def policy_loss_result(result: Any, loss_fn: Any) -> tuple[torch.Tensor, dict[st
     )
 
 
+def distillation_reductions() -> dict[str, str]:
+    """The actor's ``distillation/*`` metrics that combine over micro-batches and ranks by min or max
+    (`METRIC_AGGREGATION`); the rest are sums of shares."""
+    return {
+        f"{DISTILLATION_PREFIX}{key}": how for key, how in METRIC_AGGREGATION.items() if how in ("min", "max")
+    }
+
+
+def add_distillation_metrics(metrics: dict[str, float], values: dict[str, float], share: float) -> None:
+    """Add one micro-batch's ``distillation/*`` metrics into ``metrics`` as ``actor/distillation/*``: a sum as it
+    is, a mean weighted by the micro-batch's share of the tokens, a min / max kept as the running min / max."""
+    for key, value in values.items():
+        name, how = f"{DISTILLATION_PREFIX}{key}", METRIC_AGGREGATION.get(key, "mean")
+        if how == "min":
+            metrics[name] = min(metrics[name], value) if name in metrics else value
+        elif how == "max":
+            metrics[name] = max(metrics[name], value) if name in metrics else value
+        else:
+            metrics[name] += float(value) * (1.0 if how == "sum" else share)
+
+
 class Actor(TrainedModel):
     """Computes log-probs and updates the policy from a batch with advantages.
 
@@ -145,11 +196,15 @@ class Actor(TrainedModel):
         chunk_size: int = 0,
         share_prompts: bool = False,
         compute_dtype: torch.dtype | None = None,
+        distillation: DistillationLossOptions | None = None,
         **kwargs: Any,
     ) -> None:
         scorer = PolicyScorer(unwrap(hf_model), remove_padding, chunk_size, share_prompts, compute_dtype)
         super().__init__(hf_model, config, *args, scorer=scorer, **kwargs)
         self.policy_loss_fn = get_policy_loss_fn(config.policy_loss.loss_mode)
+        self.distillation = distillation
+        """``distillation.distillation_loss`` when on-policy distillation is on (the batches then carry
+        ``teacher_logprobs`` / ``teacher_ids``), else None"""
 
     def compute_log_prob(
         self,
@@ -200,9 +255,13 @@ class Actor(TrainedModel):
         """
         cfg = self.config
         clip_scale = self.clip_scale(progress)
-        optional = ("old_log_probs", "ref_log_prob", "rollout_is_weights")
-        keys = [*UPDATE_KEYS, *(k for k in optional if k in data.batch)]
+        keys = [*UPDATE_KEYS, *(k for k in OPTIONAL_UPDATE_KEYS if k in data.batch)]
         data = data.select(batch_keys=keys)
+        if self.distillation is not None and "teacher_logprobs" not in data.batch:
+            raise ValueError(
+                "distillation.enabled=true but the batch has no teacher_logprobs: a custom step must call "
+                "compute_teacher_log_prob (see verl.trainer.step.train_on)"
+            )
         if "old_log_probs" not in data.batch and (
             cfg.ppo_epochs != 1 or mini_batch_size // dp_world_size() != len(data)
         ):
@@ -220,6 +279,8 @@ class Actor(TrainedModel):
             and cfg.entropy_coeff == 0
             # batch-normalised weights are normalised over the micro-batch's rows: every row must be there
             and not (bypass_correction is not None and bypass_correction.rollout_is_batch_normalize)
+            # a row with zero task advantage still has the teacher's gradient
+            and self.distillation is None
         )
         return RoleUpdate(
             data,
@@ -239,6 +300,7 @@ class Actor(TrainedModel):
             # On-policy the ratio is 1, so a skipped row's ppo_kl and clip fractions are exactly 0.
             metrics_need_forward=use_entropy or "old_log_probs" in data.batch,
             loss_includes_dp_size=True,  # the losses aggregate with global_batch_info["dp_size"], as verl's
+            metric_reductions=distillation_reductions() if self.distillation is not None else {},
         )
 
     def micro_batch_loss(
@@ -250,17 +312,85 @@ class Actor(TrainedModel):
         use_entropy: bool,
         bypass_correction: Any = None,
     ) -> torch.Tensor:
-        """The loss to backward for one micro-batch: policy loss, minus the entropy bonus, plus the KL loss,
-        each aggregated with ``context.global_batch_info`` (verl's convention: this rank's share of the global
-        mini-batch loss times ``dp_size``); adds the micro-batch's share of each metric into ``metrics``."""
-        cfg = self.config
+        """The loss to backward for one micro-batch: the task loss (policy loss, minus the entropy bonus, plus the
+        KL loss), and with on-policy distillation the distillation loss combined with it
+        (`combine_with_policy_loss`). Each is aggregated with ``context.global_batch_info`` (verl's convention:
+        this rank's share of the global mini-batch loss times ``dp_size``); adds the micro-batch's share of each
+        metric into ``metrics``."""
         mask = micro.batch["response_mask"]
         share = share_of_tokens(mask, context.global_num_tokens)
-        log_prob, entropy = response_logprobs(self.trained, micro, temperature, with_entropy=use_entropy)
+        student = self._student_pass(micro, temperature, use_entropy)
+        log_prob, entropy = student["log_probs"], student.get("entropy")
         # On-policy (one optimizer step per RL step) the sampling policy is the current one: ratio = 1.
         old_log_prob = micro.batch["old_log_probs"] if "old_log_probs" in micro.batch else log_prob.detach()
         # Decoupled rollout correction: weights computed once per batch by the trainer (π_old vs π_rollout).
         weights = micro.batch["rollout_is_weights"] if "rollout_is_weights" in micro.batch else None
+        task_loss = None
+        if self.distillation is None or needs_policy_loss(self.distillation):
+            task_loss = self._task_loss(
+                micro, context, metrics, share, log_prob, old_log_prob, weights, bypass_correction
+            )
+        if use_entropy:
+            entropy_loss = agg_loss(entropy, mask, context.loss_agg_mode, **context.global_batch_info)
+            if self.config.entropy_coeff != 0 and task_loss is not None:
+                task_loss = task_loss - self.config.entropy_coeff * entropy_loss
+            metrics["actor/entropy"] += entropy_loss.item() / context.dp_size
+        if task_loss is not None and self.config.use_kl_loss:
+            kl = kl_penalty(log_prob, micro.batch["ref_log_prob"], self.config.kl_loss_type)
+            kl_loss = agg_loss(kl, mask, context.loss_agg_mode, **context.global_batch_info)
+            task_loss = task_loss + self.config.kl_loss_coef * kl_loss
+            metrics["actor/kl_loss"] += kl_loss.item() / context.dp_size
+        if self.distillation is None:
+            return task_loss
+        data = {
+            "response_mask": mask,
+            "teacher_logprobs": micro.batch["teacher_logprobs"],
+            "old_log_probs": old_log_prob,
+            "rollout_is_weights": weights,
+        }
+        distill_loss, distill_metrics = distillation_loss(
+            self.distillation, student, data, context.loss_agg_mode, context.global_batch_info
+        )
+        metrics[f"{DISTILLATION_PREFIX}distillation/loss"] += distill_loss.item() / context.dp_size
+        add_distillation_metrics(metrics, distill_metrics, share)
+        return combine_with_policy_loss(task_loss, distill_loss, self.distillation)
+
+    def _student_pass(
+        self, micro: DataProto, temperature: float, use_entropy: bool
+    ) -> dict[str, torch.Tensor]:
+        """The forward pass: ``log_probs`` and (``use_entropy``) ``entropy``; for a top-k distillation loss also
+        the student's side of `forward_kl_topk` at the teacher's ids, from the same logits."""
+        topk = self.distillation is not None and self.distillation.settings.use_topk
+        if not topk:
+            log_prob, entropy = response_logprobs(self.trained, micro, temperature, with_entropy=use_entropy)
+            return {"log_probs": log_prob, "entropy": entropy}
+        teacher_ids = micro.batch["teacher_ids"]
+        log_prob, entropy, head = response_logprobs(
+            self.trained, micro, temperature, with_entropy=use_entropy, at_ids=teacher_ids
+        )
+        student = forward_kl_topk(
+            head["at_ids_log_probs"],
+            micro.batch["teacher_logprobs"],
+            teacher_ids,
+            head["topk_ids"],
+            self.distillation.log_prob_min_clamp,
+        )
+        return {"log_probs": log_prob, "entropy": entropy, **student}
+
+    def _task_loss(
+        self,
+        micro: DataProto,
+        context: LossContext,
+        metrics: dict[str, float],
+        share: float,
+        log_prob: torch.Tensor,
+        old_log_prob: torch.Tensor,
+        weights: torch.Tensor | None,
+        bypass_correction: Any,
+    ) -> torch.Tensor:
+        """The configured policy loss of the micro-batch (with the bypass-mode correction when on), and its
+        ``actor/pg_*`` metrics."""
+        mask = micro.batch["response_mask"]
         loss_fn, loss_mask = self.policy_loss_fn, mask
         if bypass_correction is not None and bool(mask.any()):
             loss_fn, loss_mask, weights = self._bypass_correction(
@@ -279,24 +409,13 @@ class Actor(TrainedModel):
             ),
             loss_fn,
         )
-        loss = pg_loss
-        if use_entropy:
-            entropy_loss = agg_loss(entropy, mask, context.loss_agg_mode, **context.global_batch_info)
-            if cfg.entropy_coeff != 0:
-                loss = loss - cfg.entropy_coeff * entropy_loss
-            metrics["actor/entropy"] += entropy_loss.item() / context.dp_size
-        if cfg.use_kl_loss:
-            kl = kl_penalty(log_prob, micro.batch["ref_log_prob"], cfg.kl_loss_type)
-            kl_loss = agg_loss(kl, mask, context.loss_agg_mode, **context.global_batch_info)
-            loss = loss + cfg.kl_loss_coef * kl_loss
-            metrics["actor/kl_loss"] += kl_loss.item() / context.dp_size
         # Losses are already normalised by mini-batch counts, so their micro-batch values add up (over the
         # ranks too, once the dp_size factor is taken out); the per-token means of the loss function are
         # weighted by this micro-batch's share of the tokens.
         metrics["actor/pg_loss"] += pg_loss.item() / context.dp_size
         for k, v in pg_metrics.items():
             metrics[k] += float(v) * share
-        return loss
+        return pg_loss
 
     def _bypass_correction(
         self,

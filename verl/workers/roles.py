@@ -6,8 +6,9 @@ passes return a :class:`DataProto`, updates a plain metrics dict.
 
 ``ActorRolloutRefWorker`` is the hybrid engine: one worker holding the actor (trained), the
 rollout (fast / hf generate with the actor's own module; vllm holds a copy of the weights, synchronised
-to the current policy version before it generates) and, when a KL term needs it, the reference: a frozen
-copy, or with LoRA the actor's own module with its adapters disabled. ``CriticWorker`` holds the value model,
+to the current policy version before it generates), when a KL term needs it, the reference: a frozen
+copy, or with LoRA the actor's own module with its adapters disabled, and with on-policy distillation the
+frozen teachers, held beside the reference. ``CriticWorker`` holds the value model,
 ``RewardWorker`` the rule-based reward functions.
 
 What every worker process sets up (config, seeds, device, models) is in `verl.workers.worker_setup`, the
@@ -23,8 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from verl.algorithms.distillation import DistillationLossOptions
 from verl.config import derive_sizes
 from verl.config.backends import training_strategy
+from verl.config.validation_distillation import distillation_enabled
 from verl.models import load_value_model, tokenizer_for
 from verl.models.base_fingerprint import base_fingerprint, check_same_base, write_fingerprint
 from verl.models.lora import adapter_weight_names, adapters_disabled, apply_lora, has_adapters
@@ -52,6 +55,7 @@ from verl.workers.rollout import get_rollout_class
 from verl.workers.rollout.host import HostCalls, RolloutHost
 from verl.workers.rollout.served import full
 from verl.workers.rollout.weight_sync import checksum, pack_buckets, sync_settings
+from verl.workers.teacher import Teacher, Teachers, resolve_teacher_models
 from verl.workers.worker_setup import (
     attention_for,
     load_policy_model,
@@ -60,6 +64,13 @@ from verl.workers.worker_setup import (
     setup_process,
     trainer_config,
 )
+
+
+def distillation_options(config: Any) -> DistillationLossOptions | None:
+    """``distillation.distillation_loss`` when on-policy distillation is on, else None."""
+    if not distillation_enabled(config):
+        return None
+    return DistillationLossOptions.of(config.distillation.distillation_loss)
 
 
 class ActorRolloutRefWorker(HostCalls, Worker):
@@ -136,6 +147,8 @@ class ActorRolloutRefWorker(HostCalls, Worker):
                 key = "actor_rollout_ref.ref.fsdp_config"
                 shard(self.ref_scorer, self.ref_model, arr.ref.fsdp_config, self.device, key)
                 self.ref_offload = Offload(self.ref_scorer, arr.ref.fsdp_config, self.device, key)
+        self.teachers = self._build_teachers(scoring)
+        """on-policy distillation's frozen teachers (`verl.workers.teacher.Teachers`), or None"""
         optimizer, lr_scheduler = prepare_for_training(
             self.actor_model, model_cfg, arr.actor.optim, total_training_steps
         )
@@ -150,6 +163,7 @@ class ActorRolloutRefWorker(HostCalls, Worker):
             fsdp_config=arr.actor.fsdp_config if self.sharded else None,
             fsdp_key="actor_rollout_ref.actor.fsdp_config",
             compute_dtype=self.compute.dtype,
+            distillation=distillation_options(config),
             **scoring,
         )
 
@@ -220,6 +234,51 @@ class ActorRolloutRefWorker(HostCalls, Worker):
                 max_tokens=self.sizes.ref_max_tokens,
             )
         return DataProto.from_dict(tensors={"ref_log_prob": log_probs})
+
+    def _build_teachers(self, scoring: dict[str, Any]) -> Teachers | None:
+        """The distillation teachers (``distillation.enabled``), loaded as the policy is (its dtype, attention,
+        scoring options) and held as the reference is (its fsdp_config: sharded and offloaded under FSDP2)."""
+        distillation = self.config.distillation
+        if not distillation.enabled:
+            return None
+        model_cfg = self.config.actor_rollout_ref.model
+        key = "actor_rollout_ref.ref.fsdp_config"
+        teachers = {}
+        for routing_key, spec in resolve_teacher_models(distillation.teacher_models).items():
+            teacher = Teacher(
+                spec,
+                self.tokenizer,
+                self.device,
+                torch_dtype=model_cfg.torch_dtype,
+                attn_implementation=attention_for(
+                    model_cfg.attn_implementation, model_cfg.use_remove_padding
+                ),
+                trust_remote_code=model_cfg.trust_remote_code,
+                **scoring,
+            )
+            fsdp_config = self.config.actor_rollout_ref.ref.fsdp_config
+            teacher.place_like_reference(fsdp_config, self.device, sharded=self.sharded, key=key)
+            teachers[routing_key] = teacher
+        return Teachers(teachers, distillation.teacher_key)
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @explain_oom(*REF_LOG_PROB_KNOBS)
+    @on_device
+    def compute_teacher_log_prob(self, data: DataProto) -> DataProto:
+        """``teacher_logprobs`` and ``teacher_ids`` of the responses under the distillation teachers (each sample
+        routed by ``distillation.teacher_key``): the sampled tokens' log-probs, or each position's top-k for a
+        top-k loss, at temperature 1; micro-batches as the reference pass's."""
+        if self.teachers is None:
+            raise RuntimeError(
+                "compute_teacher_log_prob called but no teacher was built (distillation.enabled=false)"
+            )
+        options = self.actor.distillation
+        return self.teachers.score(
+            data,
+            topk=int(options.topk) if options.settings.use_topk else 0,
+            micro_batch_size=self.config.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu,
+            max_tokens=self.sizes.ref_max_tokens,
+        )
 
     @contextlib.contextmanager
     def _actor_as_base(self) -> Iterator[None]:

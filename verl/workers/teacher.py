@@ -20,19 +20,20 @@ for top-k; zero (ids: 0) at padding.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from verl.models.loading import load_hf_model, load_tokenizer
 from verl.protocol import DataProto
+from verl.utils.precision import model_dtype, role_compute_dtype
 from verl.workers.actor import compute_log_prob
 from verl.workers.engine.batching import lockstep_micro_batches, restore_order
-from verl.workers.engine.fsdp import needs_lockstep
+from verl.workers.engine.fsdp import Offload, needs_lockstep, shard
 from verl.workers.engine.scoring import PolicyScorer, response_mask_of
 
 TEACHER_TEMPERATURE = 1.0
@@ -40,16 +41,12 @@ TEACHER_TEMPERATURE = 1.0
 
 
 class TeacherScorer(PolicyScorer):
-    """A `PolicyScorer` whose LM head can also keep each scored position's top-k (ids and log-probs).
+    """A `PolicyScorer` that also returns each scored position's top-k (ids and log-probs).
 
-    `PolicyScorer.forward` does the whole forward pass; only the head step is extended (`_chunked_head`), so
-    the top-k comes from the very logits the sampled token's log-prob is taken from. Inference only.
+    `PolicyScorer.forward` does the whole forward pass and its head step (`verl.workers.engine.scoring.
+    head_chunk`) takes the top-k from the very logits the sampled token's log-prob is taken from: the same
+    code as the actor's and the reference's. Inference only.
     """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._topk = 0
-        self._topk_parts: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     @torch.no_grad()
     def score_topk(
@@ -64,46 +61,10 @@ class TeacherScorer(PolicyScorer):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(sampled-token log-probs (rows, T), top-k ids (rows, T, k), top-k log-probs (rows, T, k)), the top-k
         in descending order; zero at padding."""
-        self._topk, self._topk_parts = topk, []
-        try:
-            log_probs, _ = self(
-                input_ids, attention_mask, position_ids, responses, response_mask, temperature
-            )
-            parts, self._topk_parts = self._topk_parts, []
-        finally:
-            self._topk = 0
-        ids = torch.cat([p[0] for p in parts])
-        top_log_probs = torch.cat([p[1] for p in parts])
-        return log_probs, _scatter_k(ids, response_mask), _scatter_k(top_log_probs, response_mask)
-
-    def _chunked_head(
-        self,
-        head: torch.nn.Module,
-        hidden: torch.Tensor,
-        labels: torch.Tensor,
-        temperature: float,
-        with_entropy: bool,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if not self._topk:
-            return super()._chunked_head(head, hidden, labels, temperature, with_entropy)
-        size = self.chunk_size if self.chunk_size > 0 else max(len(labels), 1)
-        token_log_probs = []
-        for start in range(0, max(len(labels), 1), size):
-            logits = head(hidden[start : start + size])
-            if temperature != 1.0:
-                logits = logits / temperature
-            log_probs = F.log_softmax(logits.float(), dim=-1)
-            token_log_probs.append(log_probs.gather(-1, labels[start : start + size, None]).squeeze(-1))
-            top = log_probs.topk(min(self._topk, log_probs.shape[-1]), dim=-1)
-            self._topk_parts.append((top.indices, top.values))
-        return torch.cat(token_log_probs), None
-
-
-def _scatter_k(values: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """Per-real-token rows ``(N, k)`` back into a zero ``(rows, response_length, k)`` tensor."""
-    out = values.new_zeros((*response_mask.shape, values.shape[-1]))
-    out.view(-1, values.shape[-1])[response_mask.flatten().bool()] = values
-    return out
+        log_probs, _, top = self(
+            input_ids, attention_mask, position_ids, responses, response_mask, temperature, topk=topk
+        )
+        return log_probs, top["topk_ids"], top["topk_log_probs"]
 
 
 @dataclass(frozen=True)
@@ -288,6 +249,20 @@ class Teacher:
             )
         self.model = model.to(device).eval().requires_grad_(False)
         self.scorer = TeacherScorer(self.model, remove_padding, chunk_size, share_prompts, compute_dtype)
+        self.offload: Offload | None = None
+        """FSDP2's parameter offload between scoring passes (`place_like_reference`), or None"""
+
+    def place_like_reference(self, fsdp_cfg: Any, device: torch.device, *, sharded: bool, key: str) -> None:
+        """Hold and compute the teacher as the reference is held: its compute dtype from ``fsdp_cfg`` (the
+        reference's, ``key``), and with FSDP2 (``sharded``) its layers sharded over the ranks and offloaded
+        between passes (a collective: every rank places its teachers together, in the same order)."""
+        compute = role_compute_dtype(
+            fsdp_cfg, device=device, weights_dtype=model_dtype(self.model), sharded=sharded, key=key
+        )
+        self.scorer.compute_dtype = compute.dtype
+        if sharded:
+            shard(self.scorer, self.model, fsdp_cfg, device, key)
+            self.offload = Offload(self.scorer, fsdp_cfg, device, key)
 
     def score(
         self,
@@ -296,7 +271,8 @@ class Teacher:
         micro_batch_size: int | None = None,
         max_tokens: int | None = None,
     ) -> TeacherScores:
-        return compute_teacher_log_prob(self.scorer, data, micro_batch_size, topk, max_tokens)
+        with self.offload.resident() if self.offload is not None else contextlib.nullcontext():
+            return compute_teacher_log_prob(self.scorer, data, micro_batch_size, topk, max_tokens)
 
 
 class Teachers:
@@ -316,12 +292,23 @@ class Teachers:
         micro_batch_size: int | None = None,
         max_tokens: int | None = None,
     ) -> DataProto:
-        """``teacher_logprobs`` and ``teacher_ids`` for every row of ``data`` (see `TeacherScores.batch_fields`)."""
+        """``teacher_logprobs`` and ``teacher_ids`` for every row of ``data`` (see `TeacherScores.batch_fields`).
+
+        A sharded teacher (FSDP2 over several ranks) scores on every rank, in the same order: one whose samples
+        all went to other ranks scores a copy of this rank's first row, and drops it, so no rank waits for a
+        pass another never makes."""
         routed = route_to_teachers(data, list(self.teachers), self.teacher_key)
         out: dict[str, torch.Tensor] = {}
-        for key, rows in routed.items():
+        for key, teacher in self.teachers.items():
+            rows = routed.get(key)
+            if rows is None:
+                if needs_lockstep(teacher.scorer) and len(data):
+                    teacher.score(
+                        data.select_idxs(np.zeros(1, dtype=np.int64)), topk, micro_batch_size, max_tokens
+                    )
+                continue
             part = data if len(rows) == len(data) else data.select_idxs(rows)
-            scores = self.teachers[key].score(part, topk, micro_batch_size, max_tokens)
+            scores = teacher.score(part, topk, micro_batch_size, max_tokens)
             index = torch.as_tensor(rows)
             for name, value in scores.batch_fields(part.batch["responses"], response_mask_of(part)).items():
                 if name not in out:

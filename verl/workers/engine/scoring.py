@@ -20,7 +20,8 @@ the whole forward to reduce the gradients.
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -55,16 +56,43 @@ def response_positions(response_mask: torch.Tensor, width: int) -> torch.Tensor:
     return grid.flatten()[response_mask.flatten().bool()]
 
 
-def token_logprobs_and_entropy(
-    logits: torch.Tensor, labels: torch.Tensor, with_entropy: bool
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log p(label) per position, and the entropy of the distribution when asked for."""
+class HeadOutputs(NamedTuple):
+    """What the LM-head step computes per scored position (``[N]``, or ``[N, k]``): the label's log-prob, and as
+    asked the entropy, the log-probs at given ids (with gradients: on-policy distillation's student side at the
+    teacher's top-k) and the position's own top-k ids and log-probs (detached)."""
+
+    log_probs: torch.Tensor
+    entropy: torch.Tensor | None = None
+    at_ids_log_probs: torch.Tensor | None = None
+    topk_ids: torch.Tensor | None = None
+    topk_log_probs: torch.Tensor | None = None
+
+
+def head_chunk(
+    head: torch.nn.Module,
+    hidden: torch.Tensor,
+    labels: torch.Tensor,
+    at_ids: torch.Tensor | None,
+    temperature: float,
+    with_entropy: bool,
+    topk: int,
+) -> HeadOutputs:
+    """One chunk of positions through the LM head: logits / temperature, log-softmax in fp32, and from the same
+    log-probs everything `HeadOutputs` holds (what was not asked for is None). The one place the per-position
+    head math lives: the actor, the reference and the distillation teachers all score through it."""
+    logits = head(hidden)
+    if temperature != 1.0:
+        logits = logits / temperature
     log_probs = F.log_softmax(logits.float(), dim=-1)
     token_log_probs = log_probs.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
-    entropy = None
-    if with_entropy:
-        entropy = -(log_probs.exp() * log_probs).sum(-1)
-    return token_log_probs, entropy
+    entropy = -(log_probs.exp() * log_probs).sum(-1) if with_entropy else None
+    at_ids_log_probs = topk_ids = topk_log_probs = None
+    if at_ids is not None:
+        at_ids_log_probs = log_probs.gather(-1, at_ids.long())
+    if topk:
+        top = log_probs.detach().topk(min(topk, log_probs.shape[-1]), dim=-1)
+        topk_ids, topk_log_probs = top.indices, top.values
+    return HeadOutputs(token_log_probs, entropy, at_ids_log_probs, topk_ids, topk_log_probs)
 
 
 class _Scorer(torch.nn.Module):
@@ -108,6 +136,18 @@ def _scatter(values: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     out = values.new_zeros(response_mask.shape)
     out.view(-1)[response_mask.flatten().bool().nonzero().squeeze(-1)] = values
     return out
+
+
+def scatter_k(values: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Per-real-token rows ``[N, k]`` back into a zero ``[rows, response_length, k]`` tensor (gradients flow)."""
+    out = values.new_zeros((*response_mask.shape, values.shape[-1]))
+    out.view(-1, values.shape[-1])[response_mask.flatten().bool()] = values
+    return out
+
+
+def real_token_rows(values: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """``[rows, response_length, k]`` -> ``[N, k]`` at the real response tokens, in `scatter_k`'s order."""
+    return values.reshape(-1, values.shape[-1])[response_mask.flatten().bool()]
 
 
 def shared_prompt_hidden(
@@ -158,7 +198,13 @@ def shared_prompt_hidden(
 
 
 class PolicyScorer(_Scorer):
-    """log p(response token | prefix) (and the entropy of that distribution) from a causal LM."""
+    """log p(response token | prefix) (and the entropy of that distribution) from a causal LM.
+
+    With ``at_ids`` (``[rows, response_length, k]`` token ids) or ``topk`` the head step also returns, per
+    response position, the log-probs at those ids (with gradients) and the position's own top-k ids and
+    log-probs, all from the very logits the token's log-prob is taken from (`head_chunk`): on-policy
+    distillation's student side, and a teacher's top-k.
+    """
 
     def __init__(
         self,
@@ -183,7 +229,15 @@ class PolicyScorer(_Scorer):
         response_mask: torch.Tensor,
         temperature: float = 1.0,
         with_entropy: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        at_ids: torch.Tensor | None = None,
+        topk: int = 0,
+    ) -> (
+        tuple[torch.Tensor, torch.Tensor | None]
+        | tuple[torch.Tensor, torch.Tensor | None, dict[str, torch.Tensor]]
+    ):
+        """``(log_probs, entropy)`` of the responses, ``[rows, response_length]``; with ``at_ids`` or ``topk`` a
+        third item, ``{"at_ids_log_probs", "topk_ids", "topk_log_probs"}`` (those asked for), each
+        ``[rows, response_length, k]``. Everything is zero at padding."""
         labels = responses.flatten()[response_mask.flatten().bool()]
         # Gradient checkpointing switches HF's cache off, and the shared prompts need it.
         checkpointing = self.hf_model.training and activation_checkpointing_on(self.hf_model)
@@ -207,9 +261,18 @@ class PolicyScorer(_Scorer):
                 hidden = self._run(self.hf_model, input_ids, attention_mask, position_ids, response_mask)
                 head = torch.nn.Identity()  # ``hidden`` are already the logits
             # The head computes in the autocast dtype too (as verl's); the log-softmax is always fp32.
-            log_probs, entropy = self._chunked_head(head, hidden, labels, temperature, with_entropy)
-        log_probs = _scatter(log_probs, response_mask)
-        return log_probs, (_scatter(entropy, response_mask) if with_entropy else None)
+            ids = None if at_ids is None else real_token_rows(at_ids, response_mask)
+            out = self._chunked_head(head, hidden, labels, temperature, with_entropy, ids, topk)
+        log_probs = _scatter(out.log_probs, response_mask)
+        entropy = _scatter(out.entropy, response_mask) if with_entropy else None
+        if at_ids is None and not topk:
+            return log_probs, entropy
+        extras = {
+            name: scatter_k(getattr(out, name), response_mask)
+            for name in ("at_ids_log_probs", "topk_ids", "topk_log_probs")
+            if getattr(out, name) is not None
+        }
+        return log_probs, entropy, extras
 
     def _chunked_head(
         self,
@@ -218,23 +281,25 @@ class PolicyScorer(_Scorer):
         labels: torch.Tensor,
         temperature: float,
         with_entropy: bool,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        def score(h: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            logits = head(h)
-            if temperature != 1.0:
-                logits = logits / temperature
-            lp, ent = token_logprobs_and_entropy(logits, y, with_entropy)
-            return lp, (ent if with_entropy else lp.new_zeros(()))
-
+        at_ids: torch.Tensor | None = None,
+        topk: int = 0,
+    ) -> HeadOutputs:
+        """`head_chunk` over ``chunk_size`` positions at a time; with gradients each chunk is recomputed in the
+        backward pass, so no chunk's full-vocabulary logits are kept."""
         size = self.chunk_size if self.chunk_size > 0 else max(len(labels), 1)
         recompute = torch.is_grad_enabled() and len(labels) > size
+        score = functools.partial(
+            head_chunk, head, temperature=temperature, with_entropy=with_entropy, topk=topk
+        )
         parts = []
         # At least one (maybe empty) chunk: the head stays in the graph, which DDP expects of every parameter.
         for start in range(0, max(len(labels), 1), size):
-            h, y = hidden[start : start + size], labels[start : start + size]
-            parts.append(checkpoint(score, h, y, use_reentrant=False) if recompute else score(h, y))
-        log_probs = torch.cat([p[0] for p in parts])
-        return log_probs, (torch.cat([p[1] for p in parts]) if with_entropy else None)
+            chunk = slice(start, start + size)
+            args = (hidden[chunk], labels[chunk], None if at_ids is None else at_ids[chunk])
+            parts.append(checkpoint(score, *args, use_reentrant=False) if recompute else score(*args))
+        return HeadOutputs(
+            *(None if first is None else torch.cat([p[i] for p in parts]) for i, first in enumerate(parts[0]))
+        )
 
 
 class ValueScorer(_Scorer):

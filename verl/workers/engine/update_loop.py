@@ -11,7 +11,8 @@ adds its shares of the mini-batch's metrics). Everything else is here, once:
 - micro-batches by rows or by token budget, gradients accumulated without DDP's all-reduce until
   the last one; each backward scaled by the world size (DDP averages, the loss is a share of a sum),
   unless the role's loss already is (verl's ``agg_loss(..., dp_size=...)``: the actor's);
-- the metric shares summed over the ranks, gradient clipping with the non-finite skip, the LR schedule.
+- the metric shares summed over the ranks (min / max ones reduced as such), gradient clipping with the
+  non-finite skip, the LR schedule.
 
 Data parallel with torch.distributed when a process group is up (see `verl.workers.engine.distributed`):
 the update then equals the one-process update of the whole batch, and every rank returns the same
@@ -21,7 +22,7 @@ metrics. With one process nothing of this is active.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -32,6 +33,7 @@ from verl.protocol import DataProto
 from verl.workers.engine.batching import lockstep_micro_batches, micro_batches
 from verl.workers.engine.distributed import (
     all_reduce_sum,
+    dp_rank,
     dp_world_size,
     gradient_sync,
     local_mini_batch_size,
@@ -84,6 +86,9 @@ class RoleUpdate(Generic[C]):
     loss_includes_dp_size: bool = False
     """the micro-batch loss is already multiplied by the data-parallel size (verl's convention, which the
     actor's policy losses follow: ``global_batch_info["dp_size"]``), so the loop does not multiply again"""
+    metric_reductions: Mapping[str, str] = field(default_factory=dict)
+    """metrics that are not shares to add up: ``"min"`` or ``"max"`` (the micro-batch loss keeps a running
+    min / max of them), combined by min / max over the ranks and the mini-batches"""
 
 
 def run_update(model: TrainedModel, update: RoleUpdate[C]) -> dict[str, float]:
@@ -131,18 +136,42 @@ def _run_update(model: TrainedModel, update: RoleUpdate[C]) -> dict[str, float]:
                 # over the ranks; scaling by the world size turns that average into the sum.
                 (loss if update.loss_includes_dp_size else loss * dp_world_size()).backward()
         # Each rank holds its shares of the global mini-batch's metrics: their sum is the global value.
-        for key, value in all_reduce_sum(shares).items():
+        for key, value in reduce_metric_shares(shares, update.metric_reductions).items():
             metrics[key].append(value)
         # DDP reduced the gradients during backward: norm, clipping and the non-finite skip see the
         # same gradients, and so decide the same, on every rank.
         grad_norm, stepped = clip_and_step(model.trained, model.optimizer, plan.grad_clip)
         record_optimizer_step(metrics, prefix, grad_norm, stepped)
+    for key, how in update.metric_reductions.items():  # over the mini-batches too
+        if metrics.get(key):
+            metrics[key] = [min(metrics[key]) if how == "min" else max(metrics[key])]
     for key, value in update.closing_metrics.items():
         metrics[key].append(value)
     if model.lr_scheduler is not None:
         metrics[f"{prefix}/lr"].append(model.lr_scheduler.get_last_lr()[0])
         model.lr_scheduler.step()
     return summarize_metrics(metrics)
+
+
+def reduce_metric_shares(shares: Mapping[str, float], reductions: Mapping[str, str]) -> dict[str, float]:
+    """This rank's metric shares combined over the ranks: summed, except the ``min`` / ``max`` metrics of
+    ``reductions``. Those go through the same one all-reduce (every rank's value in a slot of its own, with a
+    flag saying it has one), so a rank that has none of them, e.g. no real token, still joins it in step."""
+    world, rank = dp_world_size(), dp_rank()
+    sums = {key: value for key, value in shares.items() if key not in reductions}
+    slots: dict[str, float] = {}
+    for key in reductions:
+        for r in range(world):
+            mine = r == rank and key in shares
+            slots[f"{key}@{r}"] = float(shares[key]) if mine else 0.0
+            slots[f"{key}@{r}/has"] = 1.0 if mine else 0.0
+    reduced = all_reduce_sum({**sums, **slots})
+    out = {key: reduced[key] for key in sums}
+    for key, how in reductions.items():
+        values = [reduced[f"{key}@{r}"] for r in range(world) if reduced[f"{key}@{r}/has"]]
+        if values:
+            out[key] = min(values) if how == "min" else max(values)
+    return out
 
 
 def skip_no_gradient_rows(
@@ -169,6 +198,7 @@ __all__ = [
     "MiniBatchContext",
     "RoleUpdate",
     "UpdatePlan",
+    "reduce_metric_shares",
     "run_update",
     "share_of_tokens",
     "skip_no_gradient_rows",
