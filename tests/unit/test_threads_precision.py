@@ -14,6 +14,7 @@ from verl.utils.precision import (
     choose_compute_dtype,
     compute_in,
     frozen_linear_weights_in,
+    hold_frozen_weights_in,
     role_compute_dtype,
     rollout_compute_dtype,
 )
@@ -243,3 +244,33 @@ def test_frozen_linear_weights_are_cast_once_with_the_same_numbers() -> None:
     assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
     with frozen_linear_weights_in(model, None):
         assert frozen.weight.dtype == torch.float32
+
+
+def test_a_lora_base_held_in_bf16_for_good_gives_the_same_numbers() -> None:
+    """hold_frozen_weights_in: the frozen linear weights become bf16 for good (no fp32 copy left), trained and
+    tied weights stay fp32, and a bf16-autocast forward and backward are the same as with the fp32 originals."""
+    torch.manual_seed(0)
+    embed = torch.nn.Embedding(10, 8)
+    frozen, trained, tied = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 10, bias=False)
+    tied.weight = embed.weight
+    model = torch.nn.ModuleDict({"embed": embed, "frozen": frozen, "trained": trained, "tied": tied})
+    for module in (embed, frozen):
+        module.requires_grad_(False)
+    ids = torch.tensor([[1, 2, 3], [4, 5, 6]])
+
+    def run() -> tuple[torch.Tensor, torch.Tensor]:
+        trained.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model["tied"](model["trained"](model["frozen"](model["embed"](ids))))
+        out.float().sum().backward()
+        return out.detach(), trained.weight.grad.clone()
+
+    expected = run()
+    assert hold_frozen_weights_in(model, None) == 0 and frozen.weight.dtype == torch.float32
+    embed_storage = embed.weight.data_ptr()
+    assert hold_frozen_weights_in(model, torch.bfloat16) == 8 * 8 * 2  # 4 -> 2 bytes per frozen linear weight
+    assert frozen.weight.dtype == torch.bfloat16
+    assert trained.weight.dtype == tied.weight.dtype == embed.weight.dtype == torch.float32
+    assert tied.weight is embed.weight and embed.weight.data_ptr() != embed_storage  # copied, still tied
+    got = run()
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])

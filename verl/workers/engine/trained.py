@@ -23,7 +23,7 @@ from torch.distributed.checkpoint.state_dict import (
 from verl.errors import InputError
 from verl.models.lora import adapter_config, adapter_weight_names, check_checkpoint_adapters
 from verl.utils.checkpoint import check_sharded_files, load_data, rng_state, save_data, set_rng_state
-from verl.utils.precision import frozen_linear_weights_in
+from verl.utils.precision import frozen_linear_weights_in, hold_frozen_weights_in
 from verl.workers.engine.distributed import unwrap, wrap_ddp
 from verl.workers.engine.fsdp import Offload, shard_with_optimizer
 from verl.workers.engine.sharded_checkpoint import (
@@ -96,6 +96,8 @@ class TrainedModel:
             self.trained = self.scorer
             self.offload = Offload(self.scorer, fsdp_config, device, fsdp_key, optimizer)
         else:
+            if self.saved_weights is not None:  # LoRA: the frozen base held in the compute dtype for good
+                hold_frozen_weights_in(self.hf_model, getattr(self.scorer, "compute_dtype", None))
             self.trained = wrap_ddp(self.scorer) if optimizer is not None else self.scorer
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
