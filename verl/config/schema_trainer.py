@@ -15,8 +15,11 @@ class SeparateAsyncConfig:
 
     num_warmup_batches: Any = 1
     """batches generated ahead of the one being trained: the samples trained at step s were drawn by the
-    policy of step s - num_warmup_batches (1 = one-step-off; 0 = as the synchronous trainer). A whole number:
-    verl 0.9.1's fractional windows (1.5) are refused"""
+    policy of step s - num_warmup_batches (1 = one-step-off; 0 = as the synchronous trainer). A fraction as in
+    verl 0.9.1: floor(num_warmup_batches x data.train_batch_size) prompts in flight beyond the step's own, each
+    batch still the data order's prompts, its first floor(fraction x data.train_batch_size) drawn one step
+    further back (1.5: half of each batch two versions old, half one). Streaming (async_training.
+    staleness_threshold > 0), the fraction's prompts join the pool's surplus"""
     parameter_sync_step: Optional[int] = None
     """optimizer steps (mini-batches) per weight sync: data.train_batch_size / ppo_mini_batch_size here, so
     None takes it from the batch sizes; a number must equal it (verl's default 4 asks for exactly that)"""
@@ -39,12 +42,16 @@ class OffPolicySamplerConfig:
 
     max_off_policy_threshold: Optional[int] = 8
     """the most policy versions between a sample's generation and its update (checked at start: the
-    pipeline's staleness is num_warmup_batches, which must stay below this); null = no bound (verl 0.9.1): in
-    colocate_async and streaming separate_async no unfinished generation is ever restarted for its age"""
+    pipeline's staleness is num_warmup_batches, rounded up for a fraction that adds prompts, which must stay
+    below this); null = no bound (verl 0.9.1): in colocate_async and streaming separate_async no unfinished
+    generation is ever restarted or waited for because of its age"""
     max_off_policy_strategy: str = "drop"
-    """drop (an unfinished generation older than the threshold starts again under the current weights) | wait
-    (verl's: finish and train it instead; refused where generations can grow stale, colocate_async and streaming
-    separate_async; with a fixed pipeline depth no sample is ever older than the threshold)"""
+    """what colocate_async and streaming separate_async do with an unfinished generation whose first token is
+    too old: drop (older than the threshold: it starts again under the current weights,
+    fully_async/count/restarted_groups) | wait (verl's dropless strategy: once it has reached the threshold it
+    is finished with the weights the rollout holds, before the batch is taken, and trained, the oldest complete
+    groups going first; fully_async/count/waited_groups). With a fixed pipeline depth (separate_async without
+    streaming) no sample is ever older than the threshold, and neither acts"""
 
 
 @dataclass

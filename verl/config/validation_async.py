@@ -5,6 +5,8 @@ refused with the reason, not left to misbehave). Called by :func:`verl.config.va
 
 from __future__ import annotations
 
+import math
+
 from omegaconf import DictConfig
 
 from verl.config.value_rules import check_at_least, check_choice
@@ -29,7 +31,7 @@ def async_errors(errors: list[str], cfg: DictConfig) -> None:
         null="no bound",
     )
     if mode in ("separate_async", "colocate_async"):  # read only in its own mode, as in verl
-        _warmup_errors(errors, f"{key}.{mode}.num_warmup_batches", v1[mode].num_warmup_batches, mode)
+        _warmup_errors(errors, f"{key}.{mode}.num_warmup_batches", v1[mode].num_warmup_batches)
     fully = cfg.async_training
     check_at_least(errors, "async_training.staleness_threshold", fully.staleness_threshold, 0)
     check_at_least(errors, "async_training.require_batches", fully.require_batches, 1)
@@ -46,8 +48,6 @@ def async_errors(errors: list[str], cfg: DictConfig) -> None:
             f"async_training.require_batches={fully.require_batches}: here one ppo mini-batch is one optimizer "
             f"step; make {ARR}.actor.ppo_mini_batch_size {fully.require_batches}x larger instead"
         )
-    if mode == "colocate_async" or streaming:
-        _staleness_errors(errors, v1, f"{key}.trainer_mode={mode}" + (" with streaming" if streaming else ""))
     if mode == "colocate_async":
         if streaming:
             errors.append(
@@ -61,19 +61,20 @@ def async_errors(errors: list[str], cfg: DictConfig) -> None:
                 "the generations an update interrupted, under the new weights"
             )
     else:
-        _separate_async_errors(errors, cfg)
+        _separate_async_errors(errors, cfg, streaming)
 
 
-def _separate_async_errors(errors: list[str], cfg: DictConfig) -> None:
+def _separate_async_errors(errors: list[str], cfg: DictConfig, streaming: bool) -> None:
     """``trainer.v1.separate_async``: the depth against the staleness bound; the weight-sync period."""
     v1, key = cfg.trainer.v1, "trainer.v1"
-    ahead, bound = v1.separate_async.num_warmup_batches, v1.sampler.max_off_policy_threshold
-    if isinstance(ahead, int) and isinstance(bound, int) and ahead >= bound:
-        errors.append(
-            f"{key}.separate_async.num_warmup_batches={ahead}: every sample would be {ahead} policy versions old, "
-            f"at or past {key}.sampler.max_off_policy_threshold={v1.sampler.max_off_policy_threshold}"
-        )
     arr, data = cfg.actor_rollout_ref, cfg.data
+    ahead, bound = v1.separate_async.num_warmup_batches, v1.sampler.max_off_policy_threshold
+    oldest = _oldest_lag(ahead, data.train_batch_size, streaming)
+    if oldest is not None and isinstance(bound, int) and oldest >= bound:
+        errors.append(
+            f"{key}.separate_async.num_warmup_batches={ahead}: samples would be {oldest} policy versions old, at "
+            f"or past {key}.sampler.max_off_policy_threshold={bound}"
+        )
     sync_step = v1.separate_async.parameter_sync_step
     trigger = cfg.async_training.trigger_parameter_sync_step
     if trigger is not None and sync_step is not None and trigger != sync_step:
@@ -98,29 +99,22 @@ def _separate_async_errors(errors: list[str], cfg: DictConfig) -> None:
         )
 
 
-def _warmup_errors(errors: list[str], key: str, value: object, mode: str) -> None:
-    """A number of batches >= 0. colocate_async takes verl 0.9.1's fractional windows (1.5: floor(1.5 x
-    data.train_batch_size) prompts in flight beyond the step's own); separate_async refuses them with the reason."""
+def _oldest_lag(ahead: object, batch_size: object, streaming: bool) -> int | None:
+    """Policy versions between the oldest sample of a batch generated ahead and the policy that trains it: the
+    whole batches of the window, one more when its fraction adds prompts (verl 0.9.1's floor(num_warmup_batches
+    x data.train_batch_size) prompts in flight: 1.5 trains half of each batch two versions old). Streaming, the
+    fraction's prompts join the pool, whose bound is enforced as it runs. None: not numbers (refused elsewhere)."""
+    if isinstance(ahead, bool) or not isinstance(ahead, (int, float)) or ahead < 0:
+        return None
+    if streaming or not isinstance(batch_size, int) or batch_size <= 0:
+        return math.floor(ahead)
+    return math.ceil(math.floor(ahead * batch_size) / batch_size)
+
+
+def _warmup_errors(errors: list[str], key: str, value: object) -> None:
+    """A number of batches >= 0, a fraction as in verl 0.9.1 (1.5: floor(1.5 x data.train_batch_size) prompts
+    in flight beyond the step's own)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         errors.append(f"{key} must be a number of batches >= 0; got {value!r}")
-    elif (
-        isinstance(value, float) and mode == "separate_async"
-    ):  # an integral float was read as an int already
-        errors.append(
-            f"{key}={value}: a fractional window (verl 0.9.1: the whole batches plus floor(fraction x "
-            "data.train_batch_size) prompts) is not built for separate_async here: its rollout generates whole "
-            "batches ahead, each a fixed set of prompts trained at one step; give a whole number of batches, or "
-            "stream with async_training.staleness_threshold=<fraction> (that many batches' prompts more in flight)"
-        )
     else:
         check_at_least(errors, key, value, 0)
-
-
-def _staleness_errors(errors: list[str], v1: DictConfig, where: str) -> None:
-    """The pool modes restart an unfinished generation older than the bound (null: none is); strategy drop."""
-    sampler, key = v1.sampler, "trainer.v1.sampler"
-    if sampler.max_off_policy_strategy == "wait":
-        errors.append(
-            f"{key}.max_off_policy_strategy=wait with {where}: finishing a stale generation and training it "
-            "(verl's wait) is not built here; the rollout pool restarts it under the current weights (drop)"
-        )

@@ -81,7 +81,7 @@ class _Running:
 class AgentPool:
     """Agent-loop trajectories in flight on the rollout, by group, oldest first: the interface of
     :class:`~verl.workers.rollout.streaming.StreamingPool` (submit, collect, finish_started, restart_stale,
-    state_dict), whose decode step it uses for the turns."""
+    finish_stale, state_dict), whose decode step it uses for the turns."""
 
     def __init__(
         self,
@@ -150,15 +150,30 @@ class AgentPool:
             self._decode(decode, version, need=None, only=started)
             self._settle()
 
-    def restart_stale(self, oldest_allowed: int) -> int:
-        """Start again (under the current weights) the unfinished groups with a token drawn by weights older
-        than ``oldest_allowed``; their loops are cancelled (their tools released). Returns how many."""
-        stale = [
+    def stale(self, oldest_allowed: int) -> list[str]:
+        """The unfinished groups with a token drawn by weights older than ``oldest_allowed``."""
+        return [
             uid
             for uid, rows in self.rows.items()
             if any(r.output is None for r in rows)
             and any(turn.versions and turn.versions[0] < oldest_allowed for r in rows for turn in r.turns)
         ]
+
+    def finish_stale(self, oldest_allowed: int, decode: Decode, version: int) -> int:
+        """verl's ``max_off_policy_strategy=wait``: run the loops of the unfinished groups with a token drawn by
+        weights older than ``oldest_allowed`` to their end, their turns decoded with the weights held now, so
+        that they are trained rather than started again. Returns how many."""
+        stale = set(self.stale(oldest_allowed))
+        self._settle()
+        while waiting := {uid for uid, _ in self._waiting() if uid in stale}:
+            self._decode(decode, version, need=None, only=waiting)
+            self._settle()
+        return len(stale)
+
+    def restart_stale(self, oldest_allowed: int) -> int:
+        """Start again (under the current weights) the unfinished groups with a token drawn by weights older
+        than ``oldest_allowed``; their loops are cancelled (their tools released). Returns how many."""
+        stale = self.stale(oldest_allowed)
         for uid in stale:
             self._cancel([key for key in self._running if key[0] == uid])
             self.rows[uid] = [_Trajectory() for _ in self.rows[uid]]

@@ -359,15 +359,29 @@ class RolloutHost:
     def pool_version(self, train_step: int) -> int:
         return self.version if self._pool_version is None else self._pool_version(train_step)
 
-    def collect(self, num_groups: int, train_step: int, max_staleness: int) -> DataProto:
+    def collect(
+        self, num_groups: int, train_step: int, max_staleness: int, strategy: str = "drop"
+    ) -> DataProto:
         """The first ``num_groups`` groups of the pool to finish, generating with the weights held now: the
-        batch of RL step ``train_step``. Unfinished generations that drew tokens more than ``max_staleness``
-        versions before the policy of that step start again first."""
+        batch of RL step ``train_step``. ``strategy`` (verl's ``max_off_policy_strategy``): ``drop`` first
+        starts again the unfinished generations whose first token is more than ``max_staleness`` versions older
+        than that step's policy; ``wait`` instead first finishes, with the weights held now, those that have
+        reached ``max_staleness`` (by the next collect they would be past it), so they are trained, not
+        restarted."""
         start = time.perf_counter()
         idle = 0.0 if self._idle_from is None else start - self._idle_from
-        restarted = self.pool.restart_stale(oldest_allowed=train_step - 1 - max_staleness)
-        output = self.pool.collect(num_groups, self._decode, self.pool_version(train_step))
-        output.meta_info.update(rollout_idle_s=idle, restarted_groups=restarted, pool_groups=len(self.pool))
+        version = self.pool_version(train_step)
+        counts: dict[str, int] = {}
+        if strategy == "wait":
+            counts["waited_groups"] = self.pool.finish_stale(
+                train_step - max_staleness, self._decode, version
+            )
+        else:
+            counts["restarted_groups"] = self.pool.restart_stale(
+                oldest_allowed=train_step - 1 - max_staleness
+            )
+        output = self.pool.collect(num_groups, self._decode, version)
+        output.meta_info.update(rollout_idle_s=idle, pool_groups=len(self.pool), **counts)
         output.meta_info.update(self._stats())
         self._idle_from = time.perf_counter()
         return output
@@ -390,8 +404,10 @@ class HostCalls:
         self.host.submit(prompts)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def collect(self, num_groups: int, train_step: int, max_staleness: int) -> DataProto:
-        return self.host.collect(num_groups, train_step, max_staleness)
+    def collect(
+        self, num_groups: int, train_step: int, max_staleness: int, strategy: str = "drop"
+    ) -> DataProto:
+        return self.host.collect(num_groups, train_step, max_staleness, strategy)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def describe_rollout(self) -> str:

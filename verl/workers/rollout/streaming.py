@@ -128,19 +128,33 @@ class StreamingPool:
             started = {uid for uid, i in self.running() if self.rows[uid][i].tokens}
             self._decode(decode, version, need=None, only=started)
 
+    def stale(self, oldest_allowed: int) -> list[str]:
+        """The unfinished groups with a row whose first token was drawn before version ``oldest_allowed``."""
+        return [
+            uid
+            for uid, rows in self.rows.items()
+            if not all(r.done for r in rows)
+            and any(r.versions and r.versions[0] < oldest_allowed for r in rows)
+        ]
+
     def restart_stale(self, oldest_allowed: int) -> int:
         """Drop what unfinished groups drew with weights older than ``oldest_allowed`` (they start again,
-        under the current weights): verl's ``max_off_policy_threshold``. Finished groups are kept: the
+        under the current weights): verl's ``max_off_policy_strategy=drop``. Finished groups are kept: the
         oldest are handed over first. Returns how many groups started again."""
-        count = 0
-        for uid, rows in self.rows.items():
-            if all(r.done for r in rows):
-                continue
-            if any(r.versions and r.versions[0] < oldest_allowed for r in rows):
-                self.rows[uid] = [_Row(r.prompt_ids) for r in rows]
-                count += 1
-        self.restarted += count
-        return count
+        stale = self.stale(oldest_allowed)
+        for uid in stale:
+            self.rows[uid] = [_Row(r.prompt_ids) for r in self.rows[uid]]
+        self.restarted += len(stale)
+        return len(stale)
+
+    def finish_stale(self, oldest_allowed: int, decode: Decode, version: int) -> int:
+        """verl's ``max_off_policy_strategy=wait``: complete the unfinished groups that drew a token with
+        weights older than ``oldest_allowed``, with the weights held now, so that they are trained (the oldest
+        complete groups are handed over first) rather than started again. Returns how many."""
+        stale = set(self.stale(oldest_allowed))
+        while any(uid in stale for uid, _ in self.running()):
+            self._decode(decode, version, need=None, only=stale)
+        return len(stale)
 
     def _decode(self, decode: Decode, version: int, need: int | None, only: set[str] | None = None) -> None:
         """One decode call over the unfinished rows (of the groups in ``only``), prompt + tokens so far,
