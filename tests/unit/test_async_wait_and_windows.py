@@ -91,3 +91,35 @@ def test_a_fractional_window_is_checked_against_the_bound_by_its_oldest_samples(
     # streaming: the fraction's prompts join the pool, whose bound holds as it runs
     stream = "async_training.staleness_threshold=0.5"
     load_config("ppo_trainer", [*SEPARATE, stream, f"{key}=1.5", f"{bound}=2", *BATCH_OF_4])
+
+
+def _prompts(rows: list[list[int]], pad: int = 0):
+    """A left-padded prompt batch of these token rows (the collate's shape)."""
+    from verl.workers.rollout.base import left_padded_batch
+
+    return left_padded_batch(rows, pad)
+
+
+def test_prompt_batches_of_different_widths_are_stacked_left_padded_to_the_widest():
+    import torch
+
+    from verl.workers.rollout.base import concat_prompts
+
+    narrow, wide = _prompts([[5, 6], [7]], pad=2), _prompts([[1, 2, 3, 4]], pad=2)
+    both = concat_prompts([narrow, wide])
+    assert both.batch["input_ids"].tolist() == [[2, 2, 5, 6], [2, 2, 2, 7], [1, 2, 3, 4]]
+    assert both.batch["attention_mask"].tolist() == [[0, 0, 1, 1], [0, 0, 0, 1], [1, 1, 1, 1]]
+    assert both.batch["position_ids"].tolist() == [[0, 0, 0, 1], [0, 0, 0, 0], [0, 1, 2, 3]]
+    same = concat_prompts([narrow, narrow])  # equal widths: plain concatenation
+    assert torch.equal(same.batch["input_ids"], torch.cat([narrow.batch["input_ids"]] * 2))
+
+
+def test_a_window_crossing_two_batches_of_different_widths_takes_its_prompts():
+    from collections import deque
+
+    from verl.trainer.sources import _take_prompts
+
+    queued = deque([_prompts([[5, 6], [7, 8]]), _prompts([[1, 2, 3], [4, 5, 6]])])
+    taken = _take_prompts(queued, 3)  # the first batch whole and one row of the next, 1 token wider
+    assert taken.batch["input_ids"].tolist() == [[0, 5, 6], [0, 7, 8], [1, 2, 3]]
+    assert len(queued) == 1 and queued[0].batch["input_ids"].tolist() == [[4, 5, 6]]

@@ -35,8 +35,7 @@ WHOLE_WHEN_INTEGRAL = (
     "trainer.v1.separate_async.num_warmup_batches",
     "trainer.v1.colocate_async.num_warmup_batches",
 )
-"""keys verl 0.9.1 allows fractional values for (colocate_async reads a fraction, separate_async refuses one):
-2.0 is read as 2"""
+"""keys verl 0.9.1 allows fractional values for (both modes read a fraction): 2.0 is read as 2"""
 
 
 def read_verl_values(cfg: Any) -> None:

@@ -58,8 +58,9 @@ class StepPlan:
     """the in-reward KL coefficient controller (its state changes every step); None without that KL term"""
     train_batch_size: int
     """prompts per step (``data.train_batch_size``): the groups dynamic sampling must fill"""
-    rollout_ahead: int | None = None
-    """trainer.v1.trainer_mode=separate_async: batches the rollout role generates ahead (None: synchronous)"""
+    rollout_ahead: float | None = None
+    """trainer.v1.trainer_mode=separate_async: batches the rollout role generates ahead, 1.5 for a fractional
+    window (None: synchronous)"""
     streaming: str | None = None
     """fully async (staleness_threshold > 0) or colocate_async: what the rollout's pool holds (None: no pool)"""
     teacher: bool = False
@@ -190,7 +191,7 @@ def stale_samples(config: TrainerConfig) -> bool:
     )
 
 
-def _rollout_ahead(config: TrainerConfig) -> int | None:
+def _rollout_ahead(config: TrainerConfig) -> float | None:
     v1 = config.trainer.v1
     return v1.separate_async.num_warmup_batches if v1.trainer_mode == "separate_async" else None
 

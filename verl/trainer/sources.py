@@ -34,6 +34,7 @@ from verl.single_controller.channels import resolved
 from verl.single_controller.flow import Controller, DataChannel
 from verl.trainer.groups import groups_of, repeat_with_baselines, with_group_ids
 from verl.trainer.plan import StepPlan
+from verl.workers.rollout.base import concat_prompts
 
 ROLLOUT = "rollout"
 """the role name of the separate rollout workers"""
@@ -505,7 +506,7 @@ def _take_prompts(queued: deque[DataProto], count: int) -> DataProto:
             queued.appendleft(rest)
         parts.append(head)
         count -= len(head)
-    return DataProto.concat(parts) if len(parts) > 1 else parts[0]
+    return concat_prompts(parts) if len(parts) > 1 else parts[0]  # (batches of different widths)
 
 
 def _one_rank(answer: DataProto | list[DataProto]) -> DataProto:

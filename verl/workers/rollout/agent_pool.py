@@ -42,7 +42,13 @@ import torch
 from verl.agent_loop.base import AgentLoopOutput
 from verl.agent_loop.runner import AgentLoopRunner
 from verl.protocol import DataProto
-from verl.workers.rollout.base import SamplingParams, TokenRequest, TokenResponse, with_prompt_fields
+from verl.workers.rollout.base import (
+    SamplingParams,
+    TokenRequest,
+    TokenResponse,
+    concat_prompts,
+    with_prompt_fields,
+)
 from verl.workers.rollout.streaming import Decode, StreamingPool, _Row, enough_when
 
 logger = logging.getLogger(__name__)
@@ -199,7 +205,9 @@ class AgentPool:
 
     def _take(self, uids: list[str]) -> DataProto:
         """Remove these groups and return them as a rollout batch (the prompts' rows, in this order)."""
-        prompts = DataProto.concat([self.prompts.pop(uid) for uid in uids])
+        prompts = concat_prompts(
+            [self.prompts.pop(uid) for uid in uids]
+        )  # (from batches of different widths)
         rows = [row for uid in uids for row in self.rows.pop(uid)]
         outputs = [AgentLoopOutput(**row.output) for row in rows]
         width = self.sampling.max_new_tokens

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -224,6 +224,27 @@ def with_prompt_fields(output: DataProto, prompts: DataProto) -> DataProto:
         output.batch.setdefault(key, tensor)
     output.meta_info = {**prompts.meta_info, **output.meta_info}
     return output
+
+
+def concat_prompts(parts: Sequence[DataProto]) -> DataProto:
+    """Prompt batches stacked into one, each left-padded to its own longest prompt (the collate's): the
+    narrower ones get columns on the left up to the widest, attention 0 and position 0 there, and in
+    ``input_ids`` a pad token the batches already use (any token under attention 0: nothing reads it)."""
+    width = max(part.batch["input_ids"].shape[-1] for part in parts)
+    if all(part.batch["input_ids"].shape[-1] == width for part in parts):
+        return DataProto.concat(parts)
+    ids = [part.batch["input_ids"][part.batch["attention_mask"] == 0] for part in parts]
+    pad = next((int(found[0]) for found in ids if len(found)), 0)
+    widened = []
+    for part in parts:
+        missing = width - part.batch["input_ids"].shape[-1]
+        part = part.select()
+        for key, value in (("input_ids", pad), ("attention_mask", 0), ("position_ids", 0)):
+            if missing and key in part.batch.keys():
+                tensor = part.batch[key]
+                part.batch[key] = torch.nn.functional.pad(tensor, (missing, 0), value=value)
+        widened.append(part)
+    return DataProto.concat(widened)
 
 
 def left_padded_batch(

@@ -34,6 +34,7 @@ from verl.workers.rollout.base import (
     ROW_BUDGET_KEY,
     SamplingParams,
     assemble_rollout_output,
+    concat_prompts,
     left_padded_batch,
     with_prompt_fields,
 )
@@ -190,7 +191,9 @@ class StreamingPool:
 
     def _take(self, uids: list[str]) -> DataProto:
         """Remove these groups and return them as a rollout batch (the prompts' rows, in this order)."""
-        prompts = DataProto.concat([self.prompts.pop(uid) for uid in uids])
+        prompts = concat_prompts(
+            [self.prompts.pop(uid) for uid in uids]
+        )  # (from batches of different widths)
         rows = [row for uid in uids for row in self.rows.pop(uid)]
         width = self.max_new_tokens
         responses = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
