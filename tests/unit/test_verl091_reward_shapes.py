@@ -206,3 +206,60 @@ def test_importlib_without_a_module_path_or_with_an_unknown_source_is_refused() 
         "ppo_trainer", ["reward.reward_manager.source=register", "reward.reward_manager.name=dapo"]
     )
     assert cfg.reward_model.reward_manager == "dapo"
+
+
+KWARGS_CLASSIC = '''
+import torch
+from verl.workers.reward_manager import AbstractRewardManager
+
+
+class BonusClassic(AbstractRewardManager):
+    """A classic manager taking verl's reward_kwargs in its constructor."""
+
+    def __init__(self, tokenizer, num_examine, compute_score, reward_fn_key="data_source", bonus=0.0):
+        self.bonus = bonus
+
+    def __call__(self, data, return_dict=False):
+        reward = torch.zeros_like(data.batch["responses"], dtype=torch.float32)
+        lengths = data.batch["response_mask"].sum(-1)
+        reward[torch.arange(len(data)), lengths - 1] = self.bonus
+        return {"reward_tensor": reward, "reward_extra_info": {}} if return_dict else reward
+'''
+
+KWARGS_LOOP = '''
+from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
+
+
+class BonusLoop(RewardManagerBase):
+    """A reward-loop manager reading verl 0.9.1's config.reward.reward_kwargs, as verl's own recipes do."""
+
+    def __init__(self, config, tokenizer, compute_score, **kwargs):
+        super().__init__(config, tokenizer, compute_score)
+        self.bonus = config.reward.get("reward_kwargs", {}).get("bonus", 0.0)
+
+    async def run_single(self, data):
+        return {"reward_score": self.bonus, "reward_extra_info": {}}
+'''
+
+
+@pytest.mark.parametrize("shape", ["classic", "loop"])
+def test_verls_reward_kwargs_reach_a_manager_written_for_verl(
+    shape: str, tmp_path: Path, tiny_model_dir, arithmetic_files
+) -> None:
+    code, cls = (KWARGS_CLASSIC, "BonusClassic") if shape == "classic" else (KWARGS_LOOP, "BonusLoop")
+    module = tmp_path / f"bonus_{shape}.py"
+    module.write_text(code)
+    score = tmp_path / "score.py"
+    score.write_text(SCORE)
+    overrides = [f"reward.reward_manager.name={module}:{cls}", "+reward.reward_kwargs.bonus=0.25"]
+    assert load_config("ppo_trainer", overrides).reward_model.manager_kwargs == {"bonus": 0.25}
+    worker = _worker(tiny_model_dir, arithmetic_files, score, *overrides)
+    batch = _batch(AutoTokenizer.from_pretrained(tiny_model_dir), ["4", "5"], ["4", "4"])
+    assert _last_tokens(worker.compute_score(batch), batch) == [0.25, 0.25]
+
+
+def test_reward_kwargs_for_a_built_in_manager_are_refused_with_the_keys() -> None:
+    with pytest.raises(
+        ConfigError, match=r"manager_kwargs \(verl's reward.reward_kwargs\) \['bonus'\].*naive"
+    ):
+        load_config("ppo_trainer", ["+reward.reward_kwargs.bonus=1"])

@@ -78,6 +78,11 @@ class RewardModelConfig:
     """reward manager: naive | batch (one call per batch) | dapo (naive + overlong reward shaping) | limited
     (verl's rate-limited manager: calls paced by max_rpm / max_tpm, a failed or timed-out call scored 0 and
     flagged, whatever error_policy says; verl's reward.reward_manager.name)"""
+    manager_kwargs: dict[str, Any] = field(default_factory=dict)
+    """keyword arguments of a reward manager written for verl (verl's reward.reward_kwargs, read here under this
+    name): a classic manager gets them in its constructor, a reward-loop manager reads them from
+    config.reward.reward_kwargs, as in verl; the built-in managers take none (DAPO's overlong_buffer_cfg and
+    max_resp_len map onto overlong_buffer and data.max_response_length)"""
     num_examine: int = 0
     """decoded samples per batch to print for inspection"""
     num_workers: int = 1

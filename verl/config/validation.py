@@ -103,14 +103,23 @@ NOT_BUILT_REWARD_MANAGERS = {
 }
 """verl's reward managers not built here, and why (a custom manager registered in code is looked up at start)"""
 
+BUILT_IN_REWARD_MANAGERS = ("naive", "batch", "dapo", "limited")
+"""this repository's managers: configured by their own keys, never by reward_model.manager_kwargs"""
+
 
 def _reward_manager_errors(errors: list[str], reward: DictConfig) -> None:
     """verl's managers not built here; the limited manager's rate limits, read by it alone."""
     manager = reward.reward_manager
     if manager in NOT_BUILT_REWARD_MANAGERS:
         errors.append(
-            f"reward_model.reward_manager={manager}: {NOT_BUILT_REWARD_MANAGERS[manager]}; built here: naive, "
-            "batch, dapo, limited"
+            f"reward_model.reward_manager={manager}: {NOT_BUILT_REWARD_MANAGERS[manager]}; built here: "
+            f"{', '.join(BUILT_IN_REWARD_MANAGERS)}"
+        )
+    if reward.manager_kwargs and manager in BUILT_IN_REWARD_MANAGERS:
+        errors.append(
+            f"reward_model.manager_kwargs (verl's reward.reward_kwargs) {sorted(reward.manager_kwargs)}: keyword "
+            f"arguments of a reward manager written for verl; the built-in reward_model.reward_manager={manager} "
+            "takes none (as verl's own managers refuse unknown arguments)"
         )
     check_at_least(errors, "reward_model.max_rpm", reward.max_rpm, 1, null="no limit")
     check_at_least(errors, "reward_model.max_tpm", reward.max_tpm, 1, null="no limit")

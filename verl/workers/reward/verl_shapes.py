@@ -30,6 +30,7 @@ from functools import partial, wraps
 from typing import Any
 
 import torch
+from omegaconf import OmegaConf
 
 from verl.workers.reward.manager import NaiveRewardManager, error_handling_kwargs
 from verl.workers.reward.scoring import (
@@ -69,9 +70,24 @@ def build_manager(
         )
     error_policy = error_handling_kwargs(config).get("error_policy", "fail")
     scorer = reporting_scorer(compute_score, error_policy)
+    kwargs = {**dict(config.reward_model.manager_kwargs), **kwargs}  # verl's reward.reward_kwargs
     return ClassicManager(
         manager_cls(tokenizer=tokenizer, num_examine=num_examine, compute_score=scorer, **kwargs)
     )
+
+
+def verl_view(config: Any) -> Any:
+    """``config`` with the ``reward`` section a manager written for verl 0.9.1 reads (``config.reward.
+    reward_kwargs``, ``reward_manager``, ``custom_reward_function``, ``num_workers``), from this repository's keys."""
+    reward = config.reward_model
+    view = OmegaConf.create(OmegaConf.to_container(config, resolve=True))
+    view.reward = {
+        "reward_kwargs": OmegaConf.to_container(reward.manager_kwargs, resolve=True),
+        "reward_manager": {"source": "register", "name": reward.reward_manager},
+        "custom_reward_function": OmegaConf.to_container(config.custom_reward_function, resolve=True),
+        "num_workers": reward.num_workers,
+    }
+    return view
 
 
 def reporting_scorer(compute_score: ComputeScoreFn, error_policy: str) -> ComputeScoreFn:
@@ -146,7 +162,7 @@ class RewardLoopManager(NaiveRewardManager):
         cls, config: Any, tokenizer: Any, num_examine: int, compute_score: ComputeScoreFn, *, manager_cls: Any,
         **kwargs: Any,
     ) -> RewardLoopManager:  # fmt: skip
-        manager = manager_cls(config=config, tokenizer=tokenizer, compute_score=compute_score)
+        manager = manager_cls(config=verl_view(config), tokenizer=tokenizer, compute_score=compute_score)
         kwargs = {**error_handling_kwargs(config), "reward_fn_key": config.data.reward_fn_key, **kwargs}
         return cls(manager, tokenizer, num_examine, compute_score=compute_score, **kwargs)
 
