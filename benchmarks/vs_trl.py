@@ -344,7 +344,6 @@ def trl_shared_args(config: Any, s: Settings) -> dict[str, Any]:
 
 
 def child_trl(spec: dict[str, Any]) -> dict[str, Any]:
-    import torch
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -403,21 +402,7 @@ def child_trl(spec: dict[str, Any]) -> dict[str, Any]:
 
         trainer._generate_single_turn = timed(generate, gen_s)
         trainer._generate_and_score_completions = timed(generate_and_score, score_s)
-        model = trainer.model
-        info = {
-            "torch_threads": torch.get_num_threads(),
-            "bf16": args.bf16,
-            "gradient_checkpointing": args.gradient_checkpointing,
-            "mixed_precision": str(trainer.accelerator.mixed_precision),
-            # accelerate wraps the forward in autocast when mixed precision is on: generate() goes through it too
-            "forward_autocast": getattr(model, "_original_forward", None) is not None,
-            # the loss's forward passes run under accelerator.autocast(); generate() does not
-            "loss_autocast": _autocast_dtype(trainer.accelerator),
-            "param_dtype": str(next(model.parameters()).dtype),
-            "attn_implementation": getattr(model.config, "_attn_implementation", None),
-            "optim": str(args.optim),
-            "loss_type": args.loss_type,
-        }
+        info = trl_info(trainer)
         trainer.train()
     n = len(clock.times)
     if not (len(gen_s) == len(score_s) == len(tokens_per_call) == n == s.total_steps):
@@ -449,6 +434,27 @@ def child_trl(spec: dict[str, Any]) -> dict[str, Any]:
     return {"steps": steps, "prompt_ids": prompt_ids, "others_pct": share.others_pct, "info": info}
 
 
+def trl_info(trainer: Any) -> dict[str, Any]:
+    """How a built GRPOTrainer will compute: threads, precision, autocast, attention, optimizer, loss."""
+    import torch
+
+    model, args = trainer.model, trainer.args
+    return {
+        "torch_threads": torch.get_num_threads(),
+        "bf16": args.bf16,
+        "gradient_checkpointing": args.gradient_checkpointing,
+        "mixed_precision": str(trainer.accelerator.mixed_precision),
+        # accelerate wraps the forward in autocast when mixed precision is on: generate() goes through it too
+        "forward_autocast": getattr(model, "_original_forward", None) is not None,
+        # the loss's forward passes run under accelerator.autocast(); generate() does not
+        "loss_autocast": _autocast_dtype(trainer.accelerator),
+        "param_dtype": str(next(model.parameters()).dtype),
+        "attn_implementation": getattr(model.config, "_attn_implementation", None),
+        "optim": str(args.optim),
+        "loss_type": args.loss_type,
+    }
+
+
 def _autocast_dtype(accelerator: Any) -> str | None:
     """The dtype ``accelerator.autocast()`` computes CPU ops in, or None when it does not autocast."""
     import torch
@@ -460,14 +466,31 @@ def _autocast_dtype(accelerator: Any) -> str | None:
 # ---------------------------------------------------------------------------------------------- running
 
 
+def child_env() -> dict[str, str]:
+    """The environment of a child process: this checkout first on ``PYTHONPATH``, the hub offline."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    env.setdefault("HF_HUB_OFFLINE", "1")  # every model here is a local directory
+    return env
+
+
+def require_trl() -> str:
+    """TRL's version; a SystemExit with the install command when it is missing."""
+    try:
+        import trl
+    except ImportError:
+        raise SystemExit(
+            "TRL is not installed: python -m pip install -c constraints-cpu.txt trl==1.16.0"
+        ) from None
+    return trl.__version__
+
+
 def run_child(spec: dict[str, Any], work: Path, timeout_s: float) -> dict[str, Any]:
     """One side in a fresh interpreter (its own threads, its own memory); its log is kept under ``work``."""
     tag = f"{spec['model']}-{spec['label']}"
     spec_path, result_path, log_path = (work / f"{tag}.{ext}" for ext in ("spec.json", "result.json", "log"))
     spec_path.write_text(json.dumps(spec))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
-    env.setdefault("HF_HUB_OFFLINE", "1")  # every model here is a local directory
+    env = child_env()
     cmd = [
         sys.executable,
         str(Path(__file__).resolve()),
@@ -614,16 +637,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     trl_args = parse_kv(args.trl_arg, "--trl-arg")
     parse_kv(args.ours_override, "--ours-override")  # checked here, passed on as given
     plan = plan_sides(args.sides, args.trl_rows)
-    if any(side == "trl" for side, _, _ in plan):
-        try:
-            import trl
-        except ImportError:
-            raise SystemExit(
-                "TRL is not installed: python -m pip install -c constraints-cpu.txt trl==1.16.0"
-            ) from None
-        trl_version = trl.__version__
-    else:
-        trl_version = None
+    trl_version = require_trl() if any(side == "trl" for side, _, _ in plan) else None
     specs = default_specs()
     names = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in names if m not in specs]
