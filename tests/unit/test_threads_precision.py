@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -214,10 +215,9 @@ def test_a_damaged_safetensors_file_leaves_the_model_size_unknown(tmp_path) -> N
     assert count_parameters(tmp_path) is None
 
 
-def test_frozen_linear_weights_are_cast_once_with_the_same_numbers() -> None:
-    """Frozen linear weights are held in bf16 for a phase (autocast's matmul would cast them anyway): the
-    same bf16-autocast output and gradients; trained weights and a weight tied to an embedding stay fp32;
-    the fp32 originals are back afterwards."""
+def _frozen_base_model() -> tuple[torch.nn.ModuleDict, Any]:
+    """An embedding, a frozen linear layer, a trained one and an LM head tied to the embedding; and a function
+    running a bf16-autocast forward and backward through them, returning the output and the trained grad."""
     torch.manual_seed(0)
     embed = torch.nn.Embedding(10, 8)
     frozen, trained, tied = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 10, bias=False)
@@ -234,6 +234,15 @@ def test_frozen_linear_weights_are_cast_once_with_the_same_numbers() -> None:
         out.float().sum().backward()
         return out.detach(), trained.weight.grad.clone()
 
+    return model, run
+
+
+def test_frozen_linear_weights_are_cast_once_with_the_same_numbers() -> None:
+    """Frozen linear weights are held in bf16 for a phase (autocast's matmul would cast them anyway): the
+    same bf16-autocast output and gradients; trained weights and a weight tied to an embedding stay fp32;
+    the fp32 originals are back afterwards."""
+    model, run = _frozen_base_model()
+    embed, frozen, trained, tied = (model[k] for k in ("embed", "frozen", "trained", "tied"))
     before = frozen.weight.data_ptr()
     expected = run()
     with frozen_linear_weights_in(model, torch.bfloat16):
@@ -249,22 +258,8 @@ def test_frozen_linear_weights_are_cast_once_with_the_same_numbers() -> None:
 def test_a_lora_base_held_in_bf16_for_good_gives_the_same_numbers() -> None:
     """hold_frozen_weights_in: the frozen linear weights become bf16 for good (no fp32 copy left), trained and
     tied weights stay fp32, and a bf16-autocast forward and backward are the same as with the fp32 originals."""
-    torch.manual_seed(0)
-    embed = torch.nn.Embedding(10, 8)
-    frozen, trained, tied = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 10, bias=False)
-    tied.weight = embed.weight
-    model = torch.nn.ModuleDict({"embed": embed, "frozen": frozen, "trained": trained, "tied": tied})
-    for module in (embed, frozen):
-        module.requires_grad_(False)
-    ids = torch.tensor([[1, 2, 3], [4, 5, 6]])
-
-    def run() -> tuple[torch.Tensor, torch.Tensor]:
-        trained.zero_grad()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            out = model["tied"](model["trained"](model["frozen"](model["embed"](ids))))
-        out.float().sum().backward()
-        return out.detach(), trained.weight.grad.clone()
-
+    model, run = _frozen_base_model()
+    embed, frozen, trained, tied = (model[k] for k in ("embed", "frozen", "trained", "tied"))
     expected = run()
     assert hold_frozen_weights_in(model, None) == 0 and frozen.weight.dtype == torch.float32
     embed_storage = embed.weight.data_ptr()
