@@ -9,12 +9,12 @@ order of floating-point sums differs), and the metrics must match too, identical
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
 
 import pytest
 import torch
 import torch.multiprocessing as mp
+from _ports import free_port
 from _weights import assert_same_adam_update
 from omegaconf import OmegaConf
 
@@ -195,12 +195,6 @@ def _worker(rank: int, world_size: int, port: int, model_dir, batch, out_dir) ->
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         destroy_distributed()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

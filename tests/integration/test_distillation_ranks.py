@@ -6,12 +6,12 @@ are the one-process update's."""
 from __future__ import annotations
 
 import os
-import socket
 
 import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
+from _ports import free_port
 from omegaconf import OmegaConf
 
 from verl.algorithms.distillation import DistillationLossOptions
@@ -93,12 +93,6 @@ def _rank(rank: int, port: int, model_dir, other_dir, data: DataProto, out_dir: 
         )
     finally:
         destroy_distributed()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_sharded_teachers_and_update_over_two_ranks_match_one_process(tiny_model_dir, tmp_path):
