@@ -280,3 +280,17 @@ def test_sft_refuses_an_output_directory_holding_its_inputs(tiny_model_dir, arit
     with pytest.raises(RunDirError, match="holds this run's inputs"):
         run_sft(config)
     assert not (out / LOCK_FILE).exists()  # refused before anything was written there
+
+
+def test_where_samples_are_dumped_may_change_on_a_resume(tmp_path):
+    saved = OmegaConf.to_container(_config(tmp_path), resolve=True)
+    new = _config(
+        tmp_path,
+        f"trainer.rollout_data_dir={tmp_path / 'r'}",
+        f"trainer.validation_data_dir={tmp_path / 'v'}",
+    )
+    refused, applied = config_changes(saved, new)
+    assert refused == [] and [c.split(":")[0] for c in applied] == [
+        "trainer.rollout_data_dir",
+        "trainer.validation_data_dir",
+    ]

@@ -42,6 +42,8 @@ MAY_CHANGE = (
     "trainer.project_name",
     "trainer.experiment_name",
     "trainer.default_local_dir",
+    "trainer.rollout_data_dir",  # where samples are dumped: an output path, not what is learned
+    "trainer.validation_data_dir",
     "trainer.trace",
     "trainer.trace_path",
     "trainer.on_worker_failure",
