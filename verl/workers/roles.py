@@ -37,7 +37,7 @@ from verl.utils.precision import model_dtype, role_compute_dtype
 from verl.workers.actor import Actor, compute_log_prob
 from verl.workers.critic import Critic
 from verl.workers.engine.distributed import consecutive_group
-from verl.workers.engine.fsdp import Offload, gathered, shard
+from verl.workers.engine.fsdp import gathered, place_frozen
 from verl.workers.engine.scoring import PolicyScorer
 from verl.workers.engine.update_loop import run_update
 from verl.workers.errors import (
@@ -135,18 +135,15 @@ class ActorRolloutRefWorker(HostCalls, Worker):
             # The reference starts from the same weights and never trains: a deep copy (taken before the
             # actor is sharded) saves a second load.
             self.ref_model = copy.deepcopy(self.actor_model).eval().requires_grad_(False)
-            ref_compute = role_compute_dtype(
+            self.ref_scorer = PolicyScorer(self.ref_model, **scoring)
+            self.ref_offload = place_frozen(
+                self.ref_scorer,
+                self.ref_model,
                 arr.ref.fsdp_config,
-                device=self.device,
-                weights_dtype=model_dtype(self.ref_model),
+                self.device,
                 sharded=self.sharded,
                 key="actor_rollout_ref.ref.fsdp_config",
             )
-            self.ref_scorer = PolicyScorer(self.ref_model, **scoring, compute_dtype=ref_compute.dtype)
-            if self.sharded:
-                key = "actor_rollout_ref.ref.fsdp_config"
-                shard(self.ref_scorer, self.ref_model, arr.ref.fsdp_config, self.device, key)
-                self.ref_offload = Offload(self.ref_scorer, arr.ref.fsdp_config, self.device, key)
         self.teachers = self._build_teachers(scoring)
         """on-policy distillation's frozen teachers (`verl.workers.teacher.Teachers`), or None"""
         optimizer, lr_scheduler = prepare_for_training(

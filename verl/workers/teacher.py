@@ -30,10 +30,9 @@ import torch
 
 from verl.models.loading import load_hf_model, load_tokenizer
 from verl.protocol import DataProto
-from verl.utils.precision import model_dtype, role_compute_dtype
 from verl.workers.actor import compute_log_prob
 from verl.workers.engine.batching import lockstep_micro_batches, restore_order
-from verl.workers.engine.fsdp import Offload, needs_lockstep, shard
+from verl.workers.engine.fsdp import Offload, needs_lockstep, place_frozen
 from verl.workers.engine.scoring import PolicyScorer, response_mask_of
 
 TEACHER_TEMPERATURE = 1.0
@@ -253,16 +252,10 @@ class Teacher:
         """FSDP2's parameter offload between scoring passes (`place_like_reference`), or None"""
 
     def place_like_reference(self, fsdp_cfg: Any, device: torch.device, *, sharded: bool, key: str) -> None:
-        """Hold and compute the teacher as the reference is held: its compute dtype from ``fsdp_cfg`` (the
-        reference's, ``key``), and with FSDP2 (``sharded``) its layers sharded over the ranks and offloaded
-        between passes (a collective: every rank places its teachers together, in the same order)."""
-        compute = role_compute_dtype(
-            fsdp_cfg, device=device, weights_dtype=model_dtype(self.model), sharded=sharded, key=key
-        )
-        self.scorer.compute_dtype = compute.dtype
-        if sharded:
-            shard(self.scorer, self.model, fsdp_cfg, device, key)
-            self.offload = Offload(self.scorer, fsdp_cfg, device, key)
+        """Hold and compute the teacher as the reference is held (`verl.workers.engine.fsdp.place_frozen`): its
+        compute dtype from ``fsdp_cfg`` (the reference's, ``key``), and with FSDP2 (``sharded``) its layers sharded
+        over the ranks and offloaded between passes."""
+        self.offload = place_frozen(self.scorer, self.model, fsdp_cfg, device, sharded=sharded, key=key)
 
     def score(
         self,

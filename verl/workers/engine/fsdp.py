@@ -35,7 +35,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from verl.models.loading import resolve_dtype
-from verl.utils.precision import choose_compute_dtype, model_dtype
+from verl.utils.precision import choose_compute_dtype, model_dtype, role_compute_dtype
 from verl.workers.engine.distributed import process_group_backend
 
 logger = logging.getLogger(__name__)
@@ -265,3 +265,27 @@ def _move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device
                 # To the GPU asynchronously (the step waits on the stream); back to the CPU synchronously, so
                 # nothing reads a half-copied tensor between phases.
                 state[name] = value.to(device, non_blocking=device.type == "cuda")
+
+
+def place_frozen(
+    scorer: torch.nn.Module,
+    model: torch.nn.Module,
+    fsdp_cfg: Any,
+    device: torch.device,
+    *,
+    sharded: bool,
+    key: str,
+) -> Offload | None:
+    """Hold a frozen model's scorer (the reference, a distillation teacher) as its role's ``fsdp_cfg`` (``key``)
+    says: its compute dtype, and with FSDP2 (``sharded``) its layers sharded over the ranks and offloaded between
+    passes (a collective: every rank places its frozen models together, in the same order). The `Offload` when
+    sharded, else None."""
+    weights_dtype = model_dtype(model)
+    compute = role_compute_dtype(
+        fsdp_cfg, device=device, weights_dtype=weights_dtype, sharded=sharded, key=key
+    )
+    scorer.compute_dtype = compute.dtype
+    if not sharded:
+        return None
+    shard(scorer, model, fsdp_cfg, device, key)
+    return Offload(scorer, fsdp_cfg, device, key)
