@@ -327,7 +327,7 @@ def trl_shared_args(config: Any, s: Settings) -> dict[str, Any]:
         "loss_type": loss_type,
         "scale_rewards": "group" if config.algorithm.norm_adv_by_std_in_grpo else "none",
         "learning_rate": float(optim.lr),
-        "lr_scheduler_type": "constant_with_warmup" if optim.lr_scheduler_type == "constant" else "cosine",
+        **lr_schedule_args(optim),
         "warmup_steps": warmup,
         "weight_decay": float(optim.weight_decay),
         "adam_beta1": float(optim.betas[0]),
@@ -340,6 +340,21 @@ def trl_shared_args(config: Any, s: Settings) -> dict[str, Any]:
         "seed": int(config.trainer.seed),
         "disable_tqdm": True,
         "dataloader_num_workers": 0,
+    }
+
+
+def lr_schedule_args(optim: Any) -> dict[str, Any]:
+    """verl's LR schedule as GRPOConfig fields: constant after warm-up, or cosine down to ``min_lr_ratio``
+    (transformers' ``cosine_with_min_lr``; its plain ``cosine`` decays to 0)."""
+    if optim.lr_scheduler_type == "constant":
+        return {"lr_scheduler_type": "constant_with_warmup"}
+    if optim.lr_scheduler_type != "cosine":
+        raise SystemExit(f"verl's lr_scheduler_type {optim.lr_scheduler_type!r} has no TRL schedule here")
+    if not optim.min_lr_ratio:
+        return {"lr_scheduler_type": "cosine"}
+    return {
+        "lr_scheduler_type": "cosine_with_min_lr",
+        "lr_scheduler_kwargs": {"min_lr_rate": float(optim.min_lr_ratio)},
     }
 
 

@@ -135,6 +135,39 @@ def test_trl_args_follow_verls_config(model_dir, tmp_path):
     assert "bf16" not in args and "gradient_checkpointing" not in args  # TRL's defaults, unless a row says
 
 
+def test_trl_lr_schedule_is_verls():
+    """The GRPOConfig schedule fields give transformers' scheduler verl's multipliers after warm-up (cosine down
+    to min_lr_ratio, not to 0)."""
+    import torch
+    from omegaconf import OmegaConf
+    from transformers import get_scheduler
+
+    from verl.workers.engine.optim import lr_multiplier
+
+    assert vs_trl.lr_schedule_args(
+        OmegaConf.create({"lr_scheduler_type": "constant", "min_lr_ratio": 0.0})
+    ) == {"lr_scheduler_type": "constant_with_warmup"}
+    optim = OmegaConf.create({"lr_scheduler_type": "cosine", "min_lr_ratio": 0.1})
+    fields = vs_trl.lr_schedule_args(optim)
+    param = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([param], lr=1.0)
+    sched = get_scheduler(
+        fields["lr_scheduler_type"],
+        opt,
+        num_warmup_steps=5,
+        num_training_steps=50,
+        scheduler_specific_kwargs=fields.get("lr_scheduler_kwargs"),
+    )
+    for step in range(50):
+        if step >= 5:
+            assert opt.param_groups[0]["lr"] == pytest.approx(
+                lr_multiplier(step, 5, 50, "cosine", 0.1), abs=1e-9
+            )
+        opt.step()
+        sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.1, abs=1e-3)
+
+
 def test_least_disturbed_attempt_is_kept():
     attempts = [
         {"status": "ok", "others_pct": 30.0, "n": 1},
