@@ -393,6 +393,64 @@ def test_lora_syncs_the_base_once_then_only_the_adapters(vllm_ready, model_dir):
     assert not torch.equal(outputs[0], outputs[1])
 
 
+def test_lora_merge_syncs_merged_weights_and_the_guard_reads_them_back(vllm_ready, model_dir):
+    """model.lora_merge: every sync sends all the weights with the adapters merged in, the engine runs without
+    LoRA, and its greedy output follows the adapters as the actor's forward pass does. A sync that sends the
+    base weights instead (the adapters lost) stops at the guard."""
+    from verl.models.lora import apply_lora
+    from verl.workers.rollout.lora_guard import LoraSyncError
+    from verl.workers.rollout.served import policy_weights
+    from verl.workers.rollout.vllm import VLLMRollout
+
+    lora = OmegaConf.create(
+        {
+            "lora_rank": 4,
+            "lora_alpha": 8,
+            "target_modules": ["q_proj", "o_proj", "down_proj"],
+            "exclude_modules": None,
+            "enable_gradient_checkpointing": False,
+        }
+    )
+    policy = apply_lora(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), lora)
+
+    def train_adapters(seed: int) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, param in policy.named_parameters():
+                if "lora_B" in name:
+                    param.copy_(torch.randn(param.shape, generator=gen) * 0.5)
+
+    engine = VLLMRollout(
+        policy,
+        [policy.config.eos_token_id],
+        PAD,
+        config=OmegaConf.structured(RolloutConfig),
+        max_model_len=64,
+        merge_lora=True,
+    )
+    assert engine.merge_lora and engine._lora is None
+    full_loads = []
+    load_weights = engine.load_weights
+    engine.load_weights = lambda weights: full_loads.append(1) or load_weights(weights)
+    prompts = make_prompts(policy, [4, 9, 6, 12] * 2, seed=5)
+    greedy = SamplingParams(do_sample=False, max_new_tokens=10)
+    outputs = []
+    for version in (0, 1):
+        train_adapters(seed=version)
+        engine.sync_weights(policy, version)
+        ours = engine.generate_sequences(prompts, greedy, weights_version=version)
+        expected = FastRollout(policy, [policy.config.eos_token_id], PAD).generate_sequences(prompts, greedy)
+        assert_same_greedy(policy, prompts, ours, expected)
+        outputs.append(ours.batch["responses"])
+    assert len(full_loads) == 2  # every sync sends every weight
+    assert not torch.equal(outputs[0], outputs[1])
+    # a sync that loses the adapters (the base weights sent unmerged): the guard reads o_proj back and stops
+    train_adapters(seed=2)
+    engine._policy_weights = lambda model: iter(list(policy_weights(model)))
+    with pytest.raises(LoraSyncError, match="merged weight"):
+        engine.sync_weights(policy, 2)
+
+
 def test_two_ray_ranks_share_one_tensor_parallel_engine_synchronised_from_fsdp2_shards(
     vllm_ready, model_dir, arithmetic_files, tmp_path
 ):

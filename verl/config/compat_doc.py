@@ -46,6 +46,11 @@ generates with the fast engine. `actor.strategy=fsdp` trains with FSDP2 (`fsdp2`
 `fsdp2` and, with more than one rank, an unset strategy. A key verl does not have either is refused with the nearest
 valid key.
 
+The reward model follows verl 0.9.1's rule: `reward.reward_model.enable` with `reward.custom_reward_function.path`
+serves it as a generative reward model (`reward.reward_model.rollout.*` read as `reward_model.rollout.*`; see
+docs/rewards.md), without a custom function it is a discriminative one scored in the reward workers (and the rollout
+keys are reported as unread).
+
 Entry points: `python -m verl.trainer.main_ppo` (= `verl run` with verl's ppo_trainer defaults),
 `python -m verl.trainer.fsdp_sft_trainer` and `python -m verl.trainer.sft_trainer` (= `verl sft` with verl's SFT
 defaults). Command line: `key=value`, `+key=value`, `++key=value`, `~key` (back to the entry point's default),

@@ -31,6 +31,7 @@ from verl.config.schema_reward import (
     OverlongBufferConfig,
     RewardModelConfig,
     RewardModelModelConfig,
+    RewardModelRolloutConfig,
 )
 from verl.config.schema_trainer import (
     AsyncTrainingConfig,
@@ -90,6 +91,7 @@ __all__ = [
     "RefConfig",
     "RewardModelConfig",
     "RewardModelModelConfig",
+    "RewardModelRolloutConfig",
     "RolloutConfig",
     "RolloutCorrectionConfig",
     "SamplingConfig",

@@ -39,8 +39,9 @@ class RewardModelModelConfig:
     """``reward_model.model``: the reward model scoring each response (``reward_model.enable=true``)."""
 
     path: Optional[str] = None
-    """directory (or hub id) of an AutoModelForSequenceClassification checkpoint with one label (a trained score
-    head) and its tokenizer; required with reward_model.enable=true"""
+    """directory (or hub id) of the reward model and its tokenizer, required with reward_model.enable=true: an
+    AutoModelForSequenceClassification checkpoint with one label (a trained score head), or a causal LM when it
+    is generative (custom_reward_function.path set)"""
     input_tokenizer: Optional[str] = None
     """tokenizer directory that decodes the policy's responses before the reward model's chat template re-encodes
     them; null = the policy's own tokenizer (verl's default, ${actor_rollout_ref.model.path}). The chat template
@@ -50,15 +51,63 @@ class RewardModelModelConfig:
 
 
 @dataclass
+class RewardModelRolloutConfig:
+    """``reward_model.rollout``: how a generative reward model is served (verl's ``reward.reward_model.rollout``).
+
+    Read only when the reward model is generative: ``reward_model.enable=true`` with
+    ``custom_reward_function.path`` set (verl's rule; see docs/rewards.md). The sampling keys are the defaults of
+    a request that does not give its own, as verl's inference server takes them."""
+
+    name: str = "fast"
+    """engine generating the reward model's replies: fast | hf | vllm | sglang | dummy (verl's vllm / sglang
+    where their package is not installed, and its trtllm, generate with fast)"""
+    dtype: Optional[str] = None
+    """dtype the reward model generates in; null = bfloat16 on a GPU, float32 on a CPU"""
+    temperature: float = 1.0
+    """temperature of a request that gives none (0 = greedy)"""
+    top_p: float = 1.0
+    """top_p of a request that gives none, in (0, 1]"""
+    top_k: int = -1
+    """top_k of a request that gives none (-1 or 0 = off)"""
+    do_sample: bool = True
+    """false: a request that gives no temperature is decoded greedily"""
+    response_length: int = 2048
+    """max_tokens of a request that gives none (verl's max_new_tokens default of its reward-model server)"""
+    max_model_len: Optional[int] = None
+    """longest prompt + reply the server accepts (a request past it is refused with HTTP 400); null = the
+    model's max_position_embeddings, as verl's vLLM server"""
+    max_num_seqs: int = 1024
+    """requests answered together in one engine call at most (the server batches what is waiting)"""
+    gpu_memory_utilization: float = 0.5
+    """vllm / sglang: share of the GPU's memory the engine may take"""
+    enforce_eager: Optional[bool] = True
+    """vllm: no CUDA graphs / torch.compile (verl's default for the reward model)"""
+    free_cache_engine: bool = True
+    """vllm / sglang on a GPU: sleep between engine calls (KV cache freed) so training keeps the memory"""
+    enable_chunked_prefill: bool = True
+    """vllm: split long prefills into chunks"""
+    enable_prefix_caching: bool = True
+    """vllm: reuse the KV of shared prompt prefixes (a judge prompt's fixed instructions)"""
+    max_num_batched_tokens: Optional[int] = 8192
+    """vllm: tokens per scheduler step (raised to max_model_len if lower); null = vLLM's default"""
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    """extra engine arguments by engine name: {vllm: {...}, sglang: {...}}"""
+
+
+@dataclass
 class RewardModelConfig:
     """``reward_model``: how rewards are computed."""
 
     enable: bool = False
-    """score every response with the reward model at reward_model.model.path (verl's reward_model.enable): its
-    score replaces the rule score, as in verl, unless reward_fns names terms (then the reward_model term weighs
-    it in); its score is the reward field rm_score (reward_extra/rm_score/mean)"""
+    """use the reward model at reward_model.model.path (verl's reward_model.enable). Without
+    custom_reward_function.path it is discriminative: its score replaces the rule score, as in verl, unless
+    reward_fns names terms (then the reward_model term weighs it in), logged as the reward field rm_score. With
+    custom_reward_function.path it is generative (verl's rule): served over HTTP (reward_model.rollout) for that
+    function to call with reward_router_address"""
     model: RewardModelModelConfig = field(default_factory=RewardModelModelConfig)
     """the reward model (read with enable=true)"""
+    rollout: RewardModelRolloutConfig = field(default_factory=RewardModelRolloutConfig)
+    """how a generative reward model is served (enable=true with custom_reward_function.path)"""
     micro_batch_size_per_gpu: Optional[int] = None
     """samples per reward-model forward pass in each reward worker; null = all of a worker's samples at once"""
     max_length: Optional[int] = None

@@ -124,6 +124,12 @@ class ModelConfig:
     """a saved PEFT LoRA adapter directory (adapter_config.json + adapter weights, as peft or verl export
     --adapter writes) to start the actor's adapters from: LoRA is on, and the adapter's own rank, alpha and
     target modules are used (as in verl); None = new adapters from lora_rank"""
+    lora_merge: bool = False
+    """an inference engine with weights of its own (rollout.name=vllm / sglang) gets the LoRA policy as full
+    weights with the adapters merged in, at every sync, and generates without LoRA kernels (verl's
+    model.lora.merge); false = the base weights once, then the adapters alone through the engine's LoRA support.
+    The fast and hf engines generate with the actor's own module (fast merges the adapters for its decode
+    either way): no effect there"""
 
 
 @dataclass

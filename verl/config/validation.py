@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.config.backends import backend_errors
 from verl.config.checkpoint_engine import checkpoint_engine_errors
 from verl.config.errors import ConfigError
+from verl.config.genrm import genrm_errors
 from verl.config.reward_fns import term_config_problems
 from verl.config.schema import TrainerConfig
 from verl.config.sizes import TOKEN_BUDGET_KEYS, derive_sizes, token_budgets
@@ -89,9 +90,11 @@ def _reward_errors(errors: list[str], cfg: DictConfig) -> None:
     check_at_least(errors, "reward_model.max_length", reward.max_length, 1, null="prompt + response lengths")
     if reward.enable and not str(reward.model.path or "").strip():
         errors.append(
-            "reward_model.enable=true needs reward_model.model.path (a sequence-classification reward model "
-            "directory or hub id); got null"
+            "reward_model.enable=true needs reward_model.model.path (a sequence-classification reward model, or "
+            "a causal LM served as a generative one with custom_reward_function.path: a directory or hub id); "
+            "got null"
         )
+    errors.extend(genrm_errors(cfg))
     term_config_problems(cfg, errors)
     _reward_manager_errors(errors, reward)
 

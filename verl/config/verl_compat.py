@@ -37,6 +37,7 @@ from verl.config.checkpoint_engine import SECTION as CHECKPOINT_ENGINE
 from verl.config.checkpoint_engine import checkpoint_engine_notices, fit_checkpoint_engine
 from verl.config.checkpoint_engine import mapped_notice as checkpoint_engine_mapped
 from verl.config.errors import ConfigError, as_written
+from verl.config.genrm import genrm_notices, serves_genrm
 from verl.config.verl_rules import FREE_FORM, HYDRA_GROUPS
 from verl.config.verl_rules_common import Rule
 from verl.config.verl_rules_ppo import PPO_RULES
@@ -319,6 +320,11 @@ def engine_installed(engine: str) -> bool:
     return importlib.util.find_spec(engine) is not None
 
 
+def engine_available(engine: str) -> bool:
+    """An engine name that needs no package, or one whose package is installed."""
+    return engine not in ENGINE_PACKAGES or engine_installed(engine)
+
+
 def fit_to_machine(cfg: Any) -> dict[str, Any]:
     """Map settings this repository cannot run as asked onto ones it can, without changing what is learned;
     returns {key: the value asked for}. Each is reported at start-up (:func:`notices`)."""
@@ -338,6 +344,9 @@ def fit_to_machine(cfg: Any) -> dict[str, Any]:
     )
     if rollout.name in NOT_BUILT_ENGINES or missing:
         remap("actor_rollout_ref.rollout.name", "fast")
+    reward_engine = cfg.reward_model.rollout.name
+    if serves_genrm(cfg) and (reward_engine in NOT_BUILT_ENGINES or not engine_available(reward_engine)):
+        remap("reward_model.rollout.name", "fast")
     fit_checkpoint_engine(cfg, remap)
     if cfg.trainer.backend == "local":
         if _ranks(cfg) > 1:
@@ -406,6 +415,10 @@ def _mapped_notice(cfg: Any, key: str, asked: Any) -> str | None:
             f"{key}={asked}: {why}; generating with rollout.name={used} (KV-cached sampling with the same "
             "temperature / top_p / top_k)"
         )
+    if key == "reward_model.rollout.name":
+        package, extra = ENGINE_PACKAGES.get(asked, (None, None))
+        why = f"{package} is not installed ({extra})" if package else "not built here"
+        return f"{key}={asked}: {why}; the generative reward model generates with {key}={used}"
     if key == "trainer.logger":
         missing = [name for name in asked if name not in used]
         why = [
@@ -477,7 +490,9 @@ def notices(cfg: Any) -> list[str]:
         lines += [line] if line else []
     lines += [_deprecated_notice(cfg, k, v, rules) for k, v in compat.deprecated.items()]
     lines += (
-        backend_notices(cfg) + checkpoint_engine_notices(cfg, mapped) if is_rl else sft_backend_notices(cfg)
+        backend_notices(cfg) + checkpoint_engine_notices(cfg, mapped) + genrm_notices(cfg)
+        if is_rl
+        else sft_backend_notices(cfg)
     )
     by_reason: dict[str, list[str]] = {}
     for key, value in compat.no_effect.items():

@@ -86,9 +86,19 @@ LOGGING = "an output verl writes besides its metrics (generations, rollout dumps
 STRATEGY = "the critic and reference follow actor_rollout_ref.actor.strategy here"
 SEED = "a second seed verl keeps for one component: every random stream here derives from trainer.seed"
 REWARD_MODEL = (
-    "a setting of verl's reward-model workers (FSDP / Megatron sharding, dynamic batch sizes, a resource pool of "
-    "its own, an inference server for the reward model): the reward model here (reward_model.enable) runs in the "
-    "reward workers' processes, reward_model.micro_batch_size_per_gpu samples per forward pass"
+    "a setting of verl's reward-model workers (FSDP / Megatron sharding, dynamic batch sizes): a discriminative "
+    "reward model here (reward_model.enable) runs in the reward workers' processes, "
+    "reward_model.micro_batch_size_per_gpu samples per forward pass; a generative one is served per "
+    "reward_model.rollout"
+)
+GENRM_PLACEMENT = (
+    "where verl places its reward-model servers and how it splits them over GPUs (a pool of their own or the "
+    "actor's; tensor / data / pipeline / expert parallel replicas): here one server runs in the trainer's process "
+    "on trainer.device, the whole model in one engine (the same replies)"
+)
+GENRM_SERVER = (
+    "a setting of verl's vLLM / SGLang reward-model server that the engine serving the reward model here does not "
+    "read (the same replies)"
 )
 ROLLOUT_IS_V06 = (
     "verl 0.6.0's flat rollout-IS keys (metrics under mismatch/): verl 0.7 moved them to "

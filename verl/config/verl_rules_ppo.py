@@ -14,6 +14,8 @@ from verl.config.verl_rules_common import (
     DERIVED,
     FSDP,
     FSDP_KEYS,
+    GENRM_PLACEMENT,
+    GENRM_SERVER,
     HYDRA,
     KERNELS,
     LOADER,
@@ -44,6 +46,83 @@ READ_MANAGER = (
     "reward_manager.name in module.path, a file or pkg://module), read as reward_model.reward_manager"
 )
 
+GENRM_READ = (
+    "name",
+    "dtype",
+    "temperature",
+    "top_p",
+    "top_k",
+    "do_sample",
+    "response_length",
+    "max_model_len",
+    "max_num_seqs",
+    "gpu_memory_utilization",
+    "enforce_eager",
+    "free_cache_engine",
+    "enable_chunked_prefill",
+    "enable_prefix_caching",
+    "max_num_batched_tokens",
+)
+"""verl's reward.reward_model.rollout keys read here (reward_model.rollout.*, with engine_kwargs)"""
+LEGACY_ROLLOUT = (
+    "skip_tokenizer_init",
+    "load_format",
+    "tensor_model_parallel_size",
+    "data_parallel_size",
+    "expert_parallel_size",
+    "cudagraph_capture_sizes",
+    "disable_log_stats",
+    "limit_images",
+    "prompt_length",
+)
+"""verl 0.7's top-level reward_model.rollout keys that are not ours (the others are reward_model.rollout.* here)"""
+
+
+def _genrm_rules() -> tuple[Rule, ...]:
+    """verl 0.8+'s reward.reward_model.rollout.* onto reward_model.rollout.* (its legacy top-level
+    reward_model.rollout.* is that key already), and what the keys not read here do, in both spellings."""
+    renames = [
+        _rename(f"reward.reward_model.rollout.{key}", f"reward_model.rollout.{key}") for key in GENRM_READ
+    ]
+    renames.append(
+        _rename("reward.reward_model.rollout.engine_kwargs*", "reward_model.rollout.engine_kwargs*")
+    )
+    weights = "the reward model's weights load from reward_model.model.path with transformers"
+    refused = [
+        (
+            "skip_tokenizer_init",
+            (False,),
+            "the reward-model server needs its tokenizer (verl asserts it too)",
+        ),
+        ("quantization", (None,), "a quantized reward model is not built here"),
+        ("quantization_config_file", (None,), "a quantized reward model is not built here"),
+        ("load_format", (None, "auto", "safetensors", "pt", "hf"), f"{weights} (dummy: random weights)"),
+        ("disaggregation.enabled", (False,), "prefill/decode disaggregation: " + GENRM_SERVER),
+    ]
+    placement = ("tensor_model_parallel_size", "data_parallel_size", "pipeline_model_parallel_size")
+    tuning = ("cudagraph_capture_sizes", "disable_log_stats", "layered_summon", "scheduling_policy")
+    tuning += ("multi_stage_wake_up", "limit_images", "disaggregation.*")
+    unread = {
+        **dict.fromkeys((*placement, "expert_parallel_size"), GENRM_PLACEMENT),
+        **dict.fromkeys(tuning, GENRM_SERVER),
+        "prompt_length": "verl's token-in generate path of its reward-model server: a chat request here is "
+        "bounded by reward_model.rollout.max_model_len",
+        "n": "as in verl, a request's own n says how many replies it gets",
+        "seed": SEED,
+        "ignore_eos": "as in verl, a request's own ignore_eos decides (default false)",
+    }
+    rules = list(renames)
+    for prefix, keys in (("reward.reward_model.rollout.", None), ("reward_model.rollout.", LEGACY_ROLLOUT)):
+        rules += [_only(prefix + k, ok, why) for k, ok, why in refused if keys is None or k in keys]
+        rules += [_no(prefix + k, why) for k, why in unread.items() if keys is None or k in keys]
+    for prefix in ("reward.reward_model.", "reward_model."):
+        rules += [
+            _no(prefix + key, GENRM_PLACEMENT)
+            for key in ("enable_resource_pool", "n_gpus_per_node", "nnodes")
+        ]
+    return tuple(rules)
+
+
 # Ordered: the first rule whose pattern matches a key decides. Exact keys first, then globs.
 PPO_RULES: tuple[Rule, ...] = (
     # --- verl's other spellings of our keys
@@ -53,6 +132,7 @@ PPO_RULES: tuple[Rule, ...] = (
     _rename("reward.num_workers", "reward_model.num_workers"),
     _rename("reward.reward_model.enable", "reward_model.enable"),
     _rename("reward.reward_model.model_path", "reward_model.model.path"),
+    *_genrm_rules(),
     # the limited manager's per-call timeout and rate limits (verl reads them with .get: scripts add them with +)
     _rename("reward.timeout", "reward_model.timeout_s"),
     _rename("reward_model.timeout", "reward_model.timeout_s"),
@@ -203,6 +283,7 @@ PPO_RULES: tuple[Rule, ...] = (
         "a custom chat template is not built here: put it in the tokenizer's tokenizer_config.json",
     ),
     _only("*.hf_config_path", (None,), "the HuggingFace config is read from the model directory here"),
+    _rename("actor_rollout_ref.model.lora.merge", "actor_rollout_ref.model.lora_merge"),
     _only("*.model.lora.rank", (0,), "Megatron's LoRA keys: LoRA here is actor_rollout_ref.model.lora_rank"),
     _only(
         "critic.model.lora_rank",
@@ -393,7 +474,6 @@ PPO_RULES: tuple[Rule, ...] = (
     _rename("reward_model.reward_kwargs*", "reward_model.manager_kwargs*"),
     _rename("reward.reward_kwargs*", "reward_model.manager_kwargs*"),
     _no("reward_model.*", REWARD_MODEL),
-    _no("reward.reward_model.*", REWARD_MODEL),
     _no("reward.reward_manager.module.*", "verl's module.name is unused: the class is reward_manager.name"),
     _no("reward_manager.module.*", "verl's module.name is unused: the class is reward_manager.name"),
     _no("*sandbox_fusion.*", "the sandbox service verl's code scorers call: code tasks are not built here"),

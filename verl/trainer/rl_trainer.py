@@ -23,6 +23,7 @@ from omegaconf import OmegaConf
 
 from verl.agent_loop.metrics import agent_metrics
 from verl.config import ConfigError, TrainerConfig, derive_sizes, to_yaml
+from verl.config.genrm import serves_genrm
 from verl.config.reward_fns import parse_reward_fns
 from verl.data import EpochSampler, RLDataset, collate_rl, iterate_batches
 from verl.models import tokenizer_for
@@ -63,6 +64,7 @@ from verl.utils.timing import marked_timer
 from verl.utils.tracking import Tracking
 from verl.workers.reward import REWARD_ERROR_KEY
 from verl.workers.reward.combine import check_format_sources, check_no_reward_fn_in_code, needs_rule_fields
+from verl.workers.reward.genrm import GenRMService
 from verl.workers.roles import ActorRolloutRefWorker, CriticWorker, RewardWorker
 from verl.workers.rollout.stats import rollout_metrics
 from verl.workers.rollout_worker import RolloutWorker
@@ -130,9 +132,15 @@ class RLTrainer:
         self.checkpoint_callback = build_checkpoint_callback(config)  # once; its on_save runs after each save
         self.global_steps = 0
         self.tracking: Tracking | None = None  # fit()'s trackers, which validation tables go to
-        self._register_roles(
-            dict(reward_fn=reward_fn, val_reward_fn=val_reward_fn, compute_score=compute_score)
-        )
+        self.genrm: GenRMService | None = None
+        """the generative reward model's server (reward_model.enable with custom_reward_function.path)"""
+        try:
+            self._register_roles(
+                dict(reward_fn=reward_fn, val_reward_fn=val_reward_fn, compute_score=compute_score)
+            )
+        except BaseException:
+            self._close_genrm()
+            raise
 
     def _build_datasets(self, builtin_reward: bool) -> None:
         """Datasets first: the number of steps (which the LR schedule needs) follows from their size."""
@@ -208,6 +216,9 @@ class RLTrainer:
                 )
             )
         init = dict(config=cfg, **reward_kwargs)
+        if serves_genrm(cfg):  # served once for the run, before the reward workers that call it start
+            self.genrm = GenRMService.from_config(cfg)
+            init["reward_router_address"] = self.genrm.address
         workers = cfg.reward_model.num_workers
         self.controller.register_role(Role("reward", "reward_model", RewardWorker, init, workers, **policy))
 
@@ -222,6 +233,7 @@ class RLTrainer:
         """Run RL step ``step`` (the step function, inside one traced DAG) and return its metrics."""
         self.global_steps = step
         start = time.perf_counter()
+        genrm_before = self.genrm.stats() if self.genrm is not None else None
         source = self.plan.source
         asked = source.batches
         with self.controller.dag(f"step {step}"):
@@ -244,6 +256,8 @@ class RLTrainer:
         metrics.update(compute_data_metrics(batch, self.config.data.max_response_length))
         metrics.update(agent_metrics(batch))
         metrics.update(rollout_metrics(batch))
+        if self.genrm is not None and genrm_before is not None:
+            metrics.update(self.genrm.stats().metrics_since(genrm_before))
         metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
         metrics.update(compute_throughput_metrics(batch, timing["step"], n_devices=self.sizes.dp_size))
         metrics.update({f"worker/restarts/{role}": float(n) for role, n in self.controller.restarts.items()})
@@ -346,6 +360,8 @@ class RLTrainer:
         tracking.write(self.plan.describe())
         role = self.plan.source.role
         tracking.write(f"rollout ({role}): {self.controller.groups[role].describe_rollout()[0]}")
+        if self.genrm is not None:
+            tracking.write(f"reward model (generative): {self.genrm.describe()}")
         if start_step:
             tracking.write(f"resumed after step {start_step} from {run.resume_from}")
             for change in run.config_changes:
@@ -443,8 +459,15 @@ class RLTrainer:
 
     def shutdown(self, wait: bool = True) -> None:
         """Wait for running steps (unless ``wait`` is false: after Ctrl-C or SIGTERM), then stop every role's
-        workers."""
-        self.controller.shutdown(wait=wait)
+        workers and the generative reward model's server."""
+        try:
+            self.controller.shutdown(wait=wait)
+        finally:
+            self._close_genrm()
+
+    def _close_genrm(self) -> None:
+        if getattr(self, "genrm", None) is not None:
+            self.genrm.close()
 
     # ------------------------------------------------------------------ validation
 

@@ -485,18 +485,33 @@ class RewardWorker(Worker):
     ``compute_score(data, validate=True)`` uses the validation manager (no printed examples). Custom managers can be passed in (they must pickle for Ray), or
     just a ``compute_score(data_source, solution_str, ground_truth, extra_info=None)`` function for the
     configured manager to call.
+
+    ``reward_router_address``: where a generative reward model is served (``host:port``, see
+    verl.workers.reward.genrm); the custom function is called with it and the reward model's tokenizer.
     """
 
     def __init__(
-        self, config: Any, reward_fn: Any = None, val_reward_fn: Any = None, compute_score: Any = None
+        self,
+        config: Any,
+        reward_fn: Any = None,
+        val_reward_fn: Any = None,
+        compute_score: Any = None,
+        reward_router_address: str | None = None,
     ) -> None:
         from verl.workers.reward.factory import build_reward_fns
+        from verl.workers.reward.genrm import client_kwargs
 
         config = trainer_config(config)
         device = setup_process(config, self.rank)
         tokenizer = tokenizer_for(config.actor_rollout_ref.model)
         self.reward_fn, self.val_reward_fn = build_reward_fns(
-            config, tokenizer, device, reward_fn, val_reward_fn, compute_score
+            config,
+            tokenizer,
+            device,
+            reward_fn,
+            val_reward_fn,
+            compute_score,
+            client_kwargs(config, reward_router_address),
         )
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)

@@ -33,6 +33,7 @@ import torch
 from verl.config.errors import ConfigError
 from verl.config.reward_fns import KEY, RM_FIELD, RewardTerm, parse_reward_fns
 from verl.protocol import DataProto
+from verl.workers.reward.awaiting import coroutine_function, run_to_completion
 from verl.workers.reward.dapo import overlong_penalty
 from verl.workers.reward.formats import format_check, format_score
 from verl.workers.reward.loading import load_custom_reward_function
@@ -98,6 +99,8 @@ def sample_scorer(terms: Sequence[RewardTerm], correctness: ComputeScoreFn) -> C
     """One scoring function ``fn(data_source, solution_str, ground_truth, extra_info=None)`` returning the
     weighted sum of the per-sample terms and their values (see :func:`combine_terms`)."""
     fns = _sample_term_fns(terms, correctness)
+    if any(coroutine_function(fn) is not None for _, fn in fns):
+        return _async_sample_scorer(fns)
 
     def compute_score(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None) -> dict:
         sample = dict(
@@ -109,6 +112,28 @@ def sample_scorer(terms: Sequence[RewardTerm], correctness: ComputeScoreFn) -> C
         return combine_terms([(term, fn(**sample)) for term, fn in fns])
 
     return compute_score
+
+
+def _async_sample_scorer(fns: Sequence[tuple[RewardTerm, Any]]) -> ComputeScoreFn:
+    """:func:`sample_scorer` when a term is an ``async def`` function: itself one, so that the manager awaits
+    the samples together (:mod:`verl.workers.reward.awaiting`); the plain terms are called as they are."""
+
+    async def compute_score(
+        data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None
+    ) -> dict:
+        sample = dict(
+            data_source=data_source,
+            solution_str=solution_str,
+            ground_truth=ground_truth,
+            extra_info=extra_info,
+        )
+        results = []
+        for term, fn in fns:
+            coroutine = coroutine_function(fn)
+            results.append((term, await coroutine(**sample) if coroutine is not None else fn(**sample)))
+        return combine_terms(results)
+
+    return run_to_completion(compute_score)
 
 
 def batched_sample_scorer(terms: Sequence[RewardTerm], correctness: ComputeScoreFn) -> ComputeScoreFn:

@@ -4,17 +4,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import os
+from collections.abc import Mapping
 from difflib import get_close_matches
-from functools import partial, wraps
+from functools import partial
 from typing import Any
 
 from verl.config.errors import ConfigError
 from verl.errors import InputError
 from verl.utils.imports import import_file
 from verl.utils.paths import missing_path_hint
+from verl.workers.reward.awaiting import run_to_completion
 from verl.workers.reward.scoring import ComputeScoreFn
 
 
@@ -46,22 +47,31 @@ def load_custom_reward_function(
     return run_to_completion(fn) if inspect.iscoroutinefunction(fn) else fn
 
 
-def run_to_completion(fn: Any) -> ComputeScoreFn:
-    """An ``async def`` scoring function (verl accepts those too) as a plain one: each call runs the coroutine
-    to its end on an event loop of its own, on whichever thread scores the sample."""
-
-    @wraps(fn)
-    def scored(*args: Any, **kwargs: Any) -> Any:
-        return asyncio.run(fn(*args, **kwargs))
-
-    return scored
-
-
-def get_custom_reward_fn(config: Any) -> ComputeScoreFn | None:
-    """The function named by ``config.custom_reward_function`` (with its ``reward_kwargs``), or None."""
+def get_custom_reward_fn(
+    config: Any, client_kwargs: Mapping[str, Any] | None = None
+) -> ComputeScoreFn | None:
+    """The function named by ``config.custom_reward_function`` (with its ``reward_kwargs``), or None.
+    ``client_kwargs``: a generative reward model's ``reward_router_address`` and ``reward_model_tokenizer``,
+    bound to it as far as its signature takes them (:func:`accepted_kwargs`)."""
     section = config.custom_reward_function
     if not section.path:
         return None
     fn = load_custom_reward_function(section.path, section.name)
-    kwargs = dict(section.reward_kwargs)
+    kwargs = {**accepted_kwargs(fn, client_kwargs or {}), **dict(section.reward_kwargs)}
     return partial(fn, **kwargs) if kwargs else fn
+
+
+def accepted_kwargs(fn: Any, offered: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of ``offered`` that ``fn`` takes as keyword arguments: those it names, or all with
+    ``**kwargs`` (verl calls a reward function with a generative reward model's two arguments whatever its
+    signature; here a function written without them keeps working)."""
+    if not offered:
+        return {}
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable without a signature: pass nothing
+        return {}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return dict(offered)
+    named = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return {key: value for key, value in offered.items() if key in named}

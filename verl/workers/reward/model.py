@@ -1,4 +1,5 @@
-"""The reward model (``reward_model.enable=true``): a sequence-classification model scoring each response.
+"""The discriminative reward model (``reward_model.enable=true`` without ``custom_reward_function.path``; with one it
+is generative and served, :mod:`verl.workers.reward.genrm`): a sequence-classification model scoring each response.
 
 What verl's ``RewardModelWorker`` does (``_switch_chat_template`` + ``compute_rm_score`` in
 verl/workers/fsdp_workers.py), on the reward worker's device:
@@ -29,6 +30,7 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForSequenceClassification, PreTrainedModel
 
+from verl.config.genrm import serves_genrm
 from verl.errors import InputError
 from verl.models.loading import check_model_dir, load_tokenizer
 from verl.protocol import DataProto
@@ -42,9 +44,15 @@ TOKENIZER_KEY = "reward_model.model.input_tokenizer"
 
 def check_reward_model_inputs(config: Any) -> None:
     """At start-up, before anything loads: the reward model's directory (config.json and tokenizer files) and
-    the input tokenizer's, each an error naming its key."""
+    the input tokenizer's, each an error naming its key; a generative reward model's own checks
+    (:func:`verl.workers.reward.genrm.check_genrm_inputs`)."""
     section = config.reward_model
     if not section.enable:
+        return
+    if serves_genrm(config):
+        from verl.workers.reward.genrm import check_genrm_inputs
+
+        check_genrm_inputs(config)
         return
     check_model_dir(section.model.path, PATH_KEY, need_tokenizer=True)
     if section.model.input_tokenizer:
@@ -67,7 +75,9 @@ def load_reward_model(path: str, trust_remote_code: bool = False) -> PreTrainedM
     if missing:
         raise InputError(
             f"{PATH_KEY}={path}: not a reward model checkpoint: no weights for {', '.join(sorted(missing)[:3])} "
-            "(a causal LM loaded as AutoModelForSequenceClassification gets a random score head)"
+            "(a causal LM loaded as AutoModelForSequenceClassification gets a random score head; to judge with a "
+            "causal LM, set custom_reward_function.path to a function that calls it: it is then served as a "
+            "generative reward model, as in verl)"
         )
     return model.eval()
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.workers.reward.awaiting import await_all, coroutine_function
 from verl.workers.reward.timeout import CallTimeout, Outcome, TimeLimit
 
 logger = logging.getLogger("verl.workers.reward.manager")  # the name these warnings are logged under
@@ -245,16 +246,18 @@ def score_samples(
     error_policy: str = "fail",
     time_limit: TimeLimit | None = None,
 ) -> list[ScoreResult]:
-    """Score samples one by one with ``compute_score(data_source=, solution_str=, ground_truth=, extra_info=)``.
+    """Score samples one by one with ``compute_score(data_source=, solution_str=, ground_truth=, extra_info=)``;
+    an ``async def`` function (:mod:`verl.workers.reward.awaiting`) is awaited for all samples at once instead.
 
-    Kept as a plain sequential function (no manager state) so parallelism or retries can wrap or
-    replace it later. A failed sample (an exception, a timeout, an unusable score) is a
-    ``RewardFunctionError`` chained to the cause, raised or scored 0 per ``error_policy``.
+    Kept as a plain function (no manager state) so parallelism or retries can wrap or replace it later. A
+    failed sample (an exception, a timeout, an unusable score) is a ``RewardFunctionError`` chained to the
+    cause, raised or scored 0 per ``error_policy``.
     """
     check_error_policy(error_policy)
+    coroutine = coroutine_function(compute_score)
     calls = [
         partial(
-            compute_score,
+            coroutine or compute_score,
             data_source=sample.data_source,
             solution_str=sample.response_str,
             ground_truth=sample.ground_truth,
@@ -262,8 +265,10 @@ def score_samples(
         )
         for sample in samples
     ]
-    # error_policy=fail stops at the first failure: the calls after it are not run.
-    outcomes = run_calls(calls, time_limit, stop_on_error=error_policy == "fail")
+    if coroutine is not None:  # an async def function: every sample's call awaited at once
+        outcomes: Iterator[Outcome] = iter(await_all(calls, time_limit.timeout_s if time_limit else None))
+    else:  # error_policy=fail stops at the first failure: the calls after it are not run
+        outcomes = run_calls(calls, time_limit, stop_on_error=error_policy == "fail")
     results: list[ScoreResult] = []
     for sample, (ok, value) in zip(samples, outcomes, strict=True):
         try:

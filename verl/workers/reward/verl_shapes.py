@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
+from verl.workers.reward.loading import accepted_kwargs
 from verl.workers.reward.manager import NaiveRewardManager, error_handling_kwargs
 from verl.workers.reward.scoring import (
     ComputeScoreFn,
@@ -59,18 +60,22 @@ def build_manager(
     tokenizer: Any,
     num_examine: int,
     compute_score: ComputeScoreFn,
+    client_kwargs: Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> Any:
-    """The manager ``manager_cls`` builds, in whichever of the three shapes it has (see the module docstring)."""
+    """The manager ``manager_cls`` builds, in whichever of the three shapes it has (see the module docstring).
+    A manager written for verl also gets a generative reward model's ``client_kwargs`` (``reward_router_address``,
+    ``reward_model_tokenizer``) in its constructor when it takes them, as verl builds its managers."""
     if hasattr(manager_cls, "from_config"):
         return manager_cls.from_config(config, tokenizer, num_examine, compute_score, **kwargs)
+    client = accepted_kwargs(manager_cls, client_kwargs or {})
     if is_reward_loop_class(manager_cls):
         return RewardLoopManager.from_config(
-            config, tokenizer, num_examine, compute_score, manager_cls=manager_cls
+            config, tokenizer, num_examine, compute_score, manager_cls=manager_cls, client_kwargs=client
         )
     error_policy = error_handling_kwargs(config).get("error_policy", "fail")
     scorer = reporting_scorer(compute_score, error_policy)
-    kwargs = {**dict(config.reward_model.manager_kwargs), **kwargs}  # verl's reward.reward_kwargs
+    kwargs = {**dict(config.reward_model.manager_kwargs), **client, **kwargs}  # verl's reward.reward_kwargs
     return ClassicManager(
         manager_cls(tokenizer=tokenizer, num_examine=num_examine, compute_score=scorer, **kwargs)
     )
@@ -160,9 +165,14 @@ class RewardLoopManager(NaiveRewardManager):
     @classmethod
     def from_config(  # type: ignore[override]
         cls, config: Any, tokenizer: Any, num_examine: int, compute_score: ComputeScoreFn, *, manager_cls: Any,
-        **kwargs: Any,
+        client_kwargs: Mapping[str, Any] | None = None, **kwargs: Any,
     ) -> RewardLoopManager:  # fmt: skip
-        manager = manager_cls(config=verl_view(config), tokenizer=tokenizer, compute_score=compute_score)
+        manager = manager_cls(
+            config=verl_view(config),
+            tokenizer=tokenizer,
+            compute_score=compute_score,
+            **dict(client_kwargs or {}),
+        )
         kwargs = {**error_handling_kwargs(config), "reward_fn_key": config.data.reward_fn_key, **kwargs}
         return cls(manager, tokenizer, num_examine, compute_score=compute_score, **kwargs)
 

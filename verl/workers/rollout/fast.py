@@ -150,6 +150,9 @@ class FastRollout(RolloutEngine):
         self.micro_batch_size = micro_batch_size
         use_lean = lean_decoder_supported(model) if lean is None else lean
         self.decoder_cls = _LeanDecoder if use_lean else _HFDecoder
+        self.generator: torch.Generator | None = None
+        """where ``generate_sequences`` draws (None: torch's default generator). A server in a process that
+        trains (the generative reward model's) sets its own, so its draws never move the trainer's stream."""
 
     @torch.no_grad()
     def generate_sequences(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
@@ -196,7 +199,7 @@ class FastRollout(RolloutEngine):
         self, prompts: DataProto, sampling: SamplingParams, weights: LeanWeights | None
     ) -> DataProto:
         with torch.inference_mode():
-            responses, log_probs, _ = self._decode(prompts, sampling, weights)
+            responses, log_probs, _ = self._decode(prompts, sampling, weights, generator=self.generator)
         # Inference-mode tensors cannot be saved for backward, and the update uses these: plain copies.
         responses, log_probs = responses.clone(), log_probs.clone()
         output = assemble_rollout_output(

@@ -131,6 +131,7 @@ class RolloutHost:
                 "max_model_len": self.config.data.max_prompt_length + self.config.data.max_response_length,
                 "seed": self.config.trainer.seed + self.rank,
                 "device": self.device,
+                "merge_lora": arr.model.lora_merge,
             }
         micro = arr.rollout.micro_batch_size
         engine = engine_cls(self.model, self.eos_token_ids, self.pad_token_id, micro, **options)

@@ -9,7 +9,9 @@ loaded, loaded empty, or not named by the requests). Two places hold adapters of
   layers must be switched on;
 - a vLLM engine (the base once, then the adapters through its LoRA loader): the adapter id every generate names
   must be registered in the engine, and the adapter tensors the engine holds (packed as it packs them, in its
-  dtype, the scaling folded into B) must equal the policy's (`check_vllm_adapters`).
+  dtype, the scaling folded into B) must equal the policy's (`check_vllm_adapters`); with merged weights
+  (``model.lora_merge``) an adapted projection read back from the engine must be the merged weight
+  (`check_vllm_merged`).
 
 A failed check stops the run with one line (:class:`LoraSyncError`). Its cost is one pass over the adapter
 tensors (small beside the base weights; measured in docs/architecture.md).
@@ -17,12 +19,15 @@ tensors (small beside the base weights; measured in docs/architecture.md).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
 
 from verl.models.lora import adapter_weight_names, has_adapters
 from verl.workers.rollout.weight_sync import checksum
+
+logger = logging.getLogger(__name__)
 
 
 class LoraSyncError(RuntimeError):
@@ -134,4 +139,63 @@ def check_vllm_adapters(llm: Any, lora_request: Any, model: torch.nn.Module, ver
             f"LoRA guard: after the weight sync to policy version {version} the vLLM engine would not generate "
             f"with the policy's adapters ({len(problems)} differences, first: {problems[0]}): it would generate "
             "from the base model or stale adapters"
+        )
+
+
+def engine_projection(
+    worker: Any, names: list[str], probe: torch.Tensor
+) -> tuple[str, torch.Tensor, torch.dtype] | None:
+    """In the vLLM worker: the first of ``names`` (HF weight names; vLLM fuses q/k/v and gate/up, so only the
+    projections it keeps apart are found) applied to ``probe`` as the engine computes it (on a CPU vLLM repacks
+    the weights for its kernels and keeps no readable ``weight``), without bias, in float32, with the dtype it
+    computed in; None when none is found."""
+    modules = dict(worker.model_runner.model.named_modules())
+    for name in names:
+        module = modules.get(name.removesuffix(".weight"))
+        if module is not None and hasattr(module, "quant_method"):
+            dtype = getattr(module, "params_dtype", probe.dtype)
+            with torch.no_grad():
+                out = module.quant_method.apply(module, probe.to(dtype))
+            return name, out.detach().to("cpu", torch.float32), out.dtype
+    return None
+
+
+def check_vllm_merged(llm: Any, model: torch.nn.Module, version: int) -> None:
+    """After a sync of merged weights into a vLLM engine (``model.lora_merge``): one adapted projection the
+    engine keeps unfused (o_proj, down_proj, ...) computes with the policy's merged weight, checked on a random
+    probe against ``probe @ W_merged.T``, within the rounding of the engine's dtype (in bf16 that bound is ~1.6% of
+    the sum of |probe| x |W|: a small stale update can pass there, a lost merge of trained adapters does not). A
+    base-model or stale weight differs there once the adapters have trained (at the start B = 0 and the merged
+    weight is the base, which is then right). Without an unfused adapted projection there is nothing to probe;
+    the log says so."""
+    from verl.workers.rollout.served import adapted_layers, full, merged_weight
+
+    layers = adapted_layers(model)
+    module = next(iter(layers.values()), None)
+    if module is None:
+        return
+    in_features = module.get_base_layer().weight.shape[1]
+    probe = torch.randn(4, in_features, generator=torch.Generator().manual_seed(version))
+    results = llm.collective_rpc(lambda worker: engine_projection(worker, list(layers), probe))
+    found = results[0] if results else None
+    if found is None:
+        logger.warning(
+            "LoRA guard: the vLLM engine keeps none of the adapted projections apart (all fused): merged "
+            "weights are not checked"
+        )
+        return
+    name, got, engine_dtype = found
+    weight = merged_weight(layers[name], full(layers[name].get_base_layer().weight))
+    want = probe @ weight.T
+    eps = torch.finfo(engine_dtype).eps
+    # the probe and the weight each rounded once to the engine's dtype, the sum accumulated in float32
+    bound = (2 * eps + in_features * torch.finfo(torch.float32).eps) * float(
+        (probe.abs() @ weight.abs().T).max()
+    )
+    error = float((got - want).abs().max()) if got.shape == want.shape else float("inf")
+    if error > bound:
+        raise LoraSyncError(
+            f"LoRA guard: after the weight sync to policy version {version} the vLLM engine's {name} does not "
+            f"compute with the policy's merged weight (max |difference| {error:.3g} on a probe, bound "
+            f"{bound:.3g}): it would generate from the base model or a stale merge"
         )

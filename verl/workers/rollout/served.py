@@ -61,6 +61,40 @@ def policy_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]
         yield (name.replace(".base_layer.", ".") if lora else name), full(tensor)
 
 
+def merged_weight(module: torch.nn.Module, base: torch.Tensor) -> torch.Tensor:
+    """A peft LoRA layer's weight with its active adapters merged in, ``base + B @ A * alpha / r`` (peft's
+    ``get_delta_weight``), in float32; ``base`` is its base layer's full weight. Disabled or already merged
+    adapters add nothing."""
+    weight = base.float()
+    if module.disable_adapters or module.merged:
+        return weight
+    for adapter in module.active_adapters:
+        if adapter in module.lora_A:
+            a = full(module.lora_A[adapter].weight).float()
+            b = full(module.lora_B[adapter].weight).float()
+            delta = (b @ a) * module.scaling[adapter]
+            weight = weight + (delta.T if module.fan_in_fan_out else delta)
+    return weight
+
+
+def adapted_layers(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """``model``'s peft LoRA layers by the HF name of the weight they adapt (``...q_proj.weight``)."""
+    from peft.tuners.lora import LoraLayer
+
+    return {f"{prefix}.weight": m for prefix, m in model.named_modules() if isinstance(m, LoraLayer)}
+
+
+def merged_policy_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """:func:`policy_weights` with each LoRA layer's adapters merged into its weight (verl's
+    ``model.lora.merge``, `merged_weight`), sent in float32 so the engine rounds the merged weight once, to its
+    own dtype (a sum rounded to a bf16 base would lose most of a small update). The engine then generates with
+    plain weights, without LoRA kernels."""
+    layers = adapted_layers(model)
+    for name, tensor in policy_weights(model):
+        module = layers.get(name)
+        yield name, (merged_weight(module, tensor) if module is not None else tensor)
+
+
 def start_in_process(start: Callable[[], T]) -> T:
     """Run an engine's start-up without letting it change this process's torch thread count or random
     generators: vLLM's CPU worker replaces torch.set_num_threads with a no-op, and engines seed the process's
@@ -125,11 +159,17 @@ class ServedEngine(RolloutEngine):
         max_model_len: int,
         seed: int = 0,
         device: torch.device | None = None,
+        merge_lora: bool = False,
     ) -> None:
         """``config`` is the ``actor_rollout_ref.rollout`` section; ``max_model_len`` the longest prompt +
         response the run makes (``rollout.max_model_len`` overrides it); ``seed`` the engine's sampling seed;
         ``device`` the worker's (the actor's weights may sit on the CPU, offloaded, while it trains on a GPU;
-        unset: the weights'). ``micro_batch_size`` is not read: the engine schedules the whole batch itself."""
+        unset: the weights'); ``merge_lora`` (``model.lora_merge``): a LoRA policy reaches the engine as full
+        weights with its adapters merged in, at every sync (`merged_policy_weights`), instead of the base once
+        and the adapters through the engine's LoRA support. ``micro_batch_size`` is not read: the engine
+        schedules the whole batch itself."""
+        self.merge_lora = bool(merge_lora) and has_adapters(model)
+        """whether the engine gets merged weights (and holds no adapters of its own)"""
         module = self._import(model)
         self.eos_token_ids = list(eos_token_ids)
         self.pad_token_id = pad_token_id
@@ -182,10 +222,11 @@ class ServedEngine(RolloutEngine):
         self.last_sync_buckets = self._counts[0]
 
     def _policy_weights(self, model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-        """:func:`policy_weights` produced a bucket at a time (``update_weights_bucket_megabytes``: at most one
+        """:func:`policy_weights` (:func:`merged_policy_weights` with ``merge_lora``) produced a bucket at a time (``update_weights_bucket_megabytes``: at most one
         bucket of gathered full tensors alive besides the engine's copy), buckets and bytes counted into the
         sync's figures."""
-        return bucketed_stream(policy_weights(model), self.sync.bucket_bytes, self._counts)
+        weights = merged_policy_weights(model) if self.merge_lora else policy_weights(model)
+        return bucketed_stream(weights, self.sync.bucket_bytes, self._counts)
 
     def check_version(self, expected: int | None) -> None:
         if expected is not None and expected != self.weights_version:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 import weakref
 from collections import Counter
 from collections.abc import Iterable
@@ -83,6 +84,10 @@ class RolloutServer:
         self.engine_calls = 0
         """engine calls made so far (how many batches the requests formed)"""
         self.requests_answered = 0
+        self.engine_seconds = 0.0
+        """wall time spent in engine calls so far"""
+        self.tokens_generated = 0
+        """response tokens of the answered requests so far"""
         self._queue = _Queue()
         weakref.finalize(self, self._queue.close)
         # A new OS thread starts with OpenMP's default thread count and CUDA device 0, not the trainer's:
@@ -130,6 +135,10 @@ class RolloutServer:
         """Send all requests at once and wait for every answer (in the order given)."""
         return [future.result() for future in self.submit_all(list(requests))]
 
+    @property
+    def closed(self) -> bool:
+        return self._queue.closed
+
     def close(self) -> None:
         self._queue.close()
         if threading.current_thread() is not self._thread:
@@ -142,7 +151,9 @@ class RolloutServer:
         outcome: list[object] = []
         try:
             if batch:
+                start = time.perf_counter()
                 responses = self.engine.generate_tokens([request for request, _ in batch])
+                self.engine_seconds += time.perf_counter() - start
                 if len(responses) != len(batch):
                     raise RuntimeError(
                         f"{type(self.engine).__name__}.generate_tokens answered {len(responses)} of "
@@ -150,6 +161,7 @@ class RolloutServer:
                     )
                 self.engine_calls += 1
                 self.requests_answered += len(batch)
+                self.tokens_generated += sum(len(response.response_ids) for response in responses)
                 outcome = list(responses)
         except BaseException as error:  # the engine's error goes to every request of the batch
             outcome = [error] * len(batch)

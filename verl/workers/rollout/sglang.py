@@ -46,9 +46,10 @@ class SGLangRollout(ServedEngine):
     package = "sglang"
 
     def _import(self, model: torch.nn.Module) -> Any:
-        if has_adapters(model):
+        if has_adapters(model) and not self.merge_lora:
             raise ValueError(
-                "rollout.name=sglang with LoRA (model.lora_rank > 0) is not built; use rollout.name=vllm"
+                "rollout.name=sglang with LoRA adapters (model.lora_rank > 0) is not built; set "
+                "actor_rollout_ref.model.lora_merge=true (merged weights at every sync) or use rollout.name=vllm"
             )
         return import_sglang()
 

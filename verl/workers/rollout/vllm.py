@@ -41,7 +41,7 @@ import torch
 
 from verl.models.lora import adapter_config, has_adapters
 from verl.workers.rollout.base import SamplingParams, TokenRequest, TokenResponse, register_rollout
-from verl.workers.rollout.lora_guard import check_vllm_adapters
+from verl.workers.rollout.lora_guard import check_vllm_adapters, check_vllm_merged
 from verl.workers.rollout.served import (
     ServedEngine,
     full,
@@ -206,7 +206,7 @@ class VLLMRollout(ServedEngine):
         self._base_loaded = False
         self.last_guard_s = 0.0
         """the LoRA guard's seconds at the last sync"""
-        if has_adapters(model):
+        if has_adapters(model) and not self.merge_lora:
             rank = int(adapter_config(model).r)
             if rank > LORA_RANKS[-1]:
                 raise ValueError(
@@ -223,8 +223,9 @@ class VLLMRollout(ServedEngine):
 
     def _load(self, model: torch.nn.Module) -> None:
         """Every weight, streamed in place; with LoRA the base weights the first time and only the adapters
-        after. The prefix cache is reset: its KV was computed with the old weights."""
-        if has_adapters(model):
+        after, or (``merge_lora``) every weight with the adapters merged in, every time. The prefix cache is
+        reset: its KV was computed with the old weights."""
+        if has_adapters(model) and not self.merge_lora:
             if not self._base_loaded:
                 self.load_weights(self._policy_weights(model))
                 self._base_loaded = True
@@ -232,6 +233,8 @@ class VLLMRollout(ServedEngine):
             self._guard_adapters(model)
         else:
             self.load_weights(self._policy_weights(model))
+            if self.merge_lora:
+                self._guard_merged(model)
         self.llm.reset_prefix_cache()
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -265,6 +268,15 @@ class VLLMRollout(ServedEngine):
         if self.tensor_parallel_size == 1:
             start = time.perf_counter()
             check_vllm_adapters(self.llm, self._lora, model, self._syncing_version)
+            self.last_guard_s = time.perf_counter() - start
+
+    def _guard_merged(self, model: torch.nn.Module) -> None:
+        """The LoRA guard with merged weights: a projection the engine keeps unfused holds the policy's merged
+        weight (`verl.workers.rollout.lora_guard.check_vllm_merged`); skipped with tensor parallelism (each rank
+        holds a shard)."""
+        if self.tensor_parallel_size == 1:
+            start = time.perf_counter()
+            check_vllm_merged(self.llm, model, self._syncing_version)
             self.last_guard_s = time.perf_counter() - start
 
     # -- generation ---------------------------------------------------------------------------------
