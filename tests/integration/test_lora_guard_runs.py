@@ -4,13 +4,9 @@ rollout keeps stale adapters, both stop with the guard's one line; the normal pa
 from __future__ import annotations
 
 import pytest
-import torch
-from omegaconf import OmegaConf
 from test_async import ASYNC, run
-from test_vllm_rollout import PAD, model_dir, vllm_ready  # noqa: F401 - fixtures
-from transformers import AutoModelForCausalLM
+from test_vllm_rollout import lora_policy, model_dir, train_adapters, vllm_engine, vllm_ready  # noqa: F401 - fixtures
 
-from verl.config.schema_workers import RolloutConfig
 from verl.workers.rollout.host import RolloutHost
 from verl.workers.rollout.lora_guard import LoraSyncError
 
@@ -18,34 +14,13 @@ pytestmark = pytest.mark.slow
 
 
 def test_vllm_with_an_adapter_load_that_does_nothing_fails_the_guard(vllm_ready, model_dir):  # noqa: F811
-    from verl.models.lora import apply_lora
-    from verl.workers.rollout.vllm import VLLMRollout
-
-    lora = OmegaConf.create(
-        {"lora_rank": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj", "gate_proj"],
-         "exclude_modules": None, "enable_gradient_checkpointing": False}
-    )  # fmt: skip
-    policy = apply_lora(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), lora)
-    engine = VLLMRollout(
-        policy,
-        [policy.config.eos_token_id],
-        PAD,
-        config=OmegaConf.structured(RolloutConfig),
-        max_model_len=64,
-    )
-
-    def train(seed: int) -> None:
-        gen = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for name, param in policy.named_parameters():
-                if "lora_B" in name:
-                    param.copy_(torch.randn(param.shape, generator=gen) * 0.5)
-
-    train(0)
+    policy = lora_policy(model_dir, ["q_proj", "v_proj", "gate_proj"])
+    engine = vllm_engine(policy)
+    train_adapters(policy, 0)
     engine.sync_weights(policy, 0)  # the normal path passes
     assert engine.weights_version == 0 and 0 < engine.last_guard_s < 1.0
     engine.llm.llm_engine.add_lora = lambda request: True  # the adapter load does nothing
-    train(1)
+    train_adapters(policy, 1)
     with pytest.raises(
         LoraSyncError, match=r"^LoRA guard: after the weight sync to policy version 1 the vLLM"
     ):

@@ -12,6 +12,7 @@ import os
 import platform
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -344,38 +345,37 @@ def test_grpo_steps_with_vllm_sync_every_update_and_report_the_mismatch(
         assert records[2]["rollout/server_requests"] == samples
 
 
-def test_lora_syncs_the_base_once_then_only_the_adapters(vllm_ready, model_dir):
-    """A LoRA policy: vLLM gets the base weights at the first sync and only the adapters after; its greedy
-    output follows the adapters as the actor's own forward pass does."""
+def lora_policy(model_dir, targets: list[str]) -> torch.nn.Module:
+    """The tiny model in float32 with rank-4 adapters on ``targets``, injected in place as the actor worker
+    adapts its model (no PeftModel shell)."""
     from verl.models.lora import apply_lora
-    from verl.workers.rollout.vllm import VLLMRollout
 
     lora = OmegaConf.create(
-        {
-            "lora_rank": 4,
-            "lora_alpha": 8,
-            "target_modules": ["q_proj", "v_proj", "gate_proj"],
-            "exclude_modules": None,
-            "enable_gradient_checkpointing": False,
-        }
-    )
-    # as the actor worker adapts its model: adapters injected in place, no PeftModel shell
-    policy = apply_lora(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), lora)
+        {"lora_rank": 4, "lora_alpha": 8, "target_modules": targets,
+         "exclude_modules": None, "enable_gradient_checkpointing": False}
+    )  # fmt: skip
+    return apply_lora(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), lora)
 
-    def train_adapters(seed: int) -> None:  # stands in for an update: only the adapters change
-        gen = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for name, param in policy.named_parameters():
-                if "lora_B" in name:
-                    param.copy_(torch.randn(param.shape, generator=gen) * 0.5)
 
-    engine = VLLMRollout(
-        policy,
-        [policy.config.eos_token_id],
-        PAD,
-        config=OmegaConf.structured(RolloutConfig),
-        max_model_len=64,
-    )
+def train_adapters(policy: torch.nn.Module, seed: int) -> None:
+    """Stands in for an update: only the adapters change (every lora_B random; peft starts it at zero)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in policy.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=gen) * 0.5)
+
+
+def vllm_engine(policy: torch.nn.Module, **options) -> Any:
+    from verl.workers.rollout.vllm import VLLMRollout
+
+    config = OmegaConf.structured(RolloutConfig)
+    return VLLMRollout(policy, [policy.config.eos_token_id], PAD, config=config, max_model_len=64, **options)
+
+
+def train_sync_and_compare(engine: Any, policy: torch.nn.Module) -> int:
+    """Two updates of the adapters, each synced into the engine: its greedy output must follow them as the fast
+    engine's (the actor's own forward pass) does, and differ between the two. The number of full weight loads."""
     full_loads = []
     load_weights = engine.load_weights
     engine.load_weights = lambda weights: full_loads.append(1) or load_weights(weights)
@@ -383,69 +383,39 @@ def test_lora_syncs_the_base_once_then_only_the_adapters(vllm_ready, model_dir):
     greedy = SamplingParams(do_sample=False, max_new_tokens=10)
     outputs = []
     for version in (0, 1):
-        train_adapters(seed=version)
+        train_adapters(policy, seed=version)
         engine.sync_weights(policy, version)
         ours = engine.generate_sequences(prompts, greedy, weights_version=version)
         expected = FastRollout(policy, [policy.config.eos_token_id], PAD).generate_sequences(prompts, greedy)
         assert_same_greedy(policy, prompts, ours, expected)
         outputs.append(ours.batch["responses"])
-    assert len(full_loads) == 1  # the base weights went in once
     assert not torch.equal(outputs[0], outputs[1])
+    return len(full_loads)
+
+
+def test_lora_syncs_the_base_once_then_only_the_adapters(vllm_ready, model_dir):
+    """A LoRA policy: vLLM gets the base weights at the first sync and only the adapters after; its greedy
+    output follows the adapters as the actor's own forward pass does."""
+    policy = lora_policy(model_dir, ["q_proj", "v_proj", "gate_proj"])
+    engine = vllm_engine(policy)
+    full_loads = train_sync_and_compare(engine, policy)
+    assert full_loads == 1  # the base weights went in once
 
 
 def test_lora_merge_syncs_merged_weights_and_the_guard_reads_them_back(vllm_ready, model_dir):
     """model.lora_merge: every sync sends all the weights with the adapters merged in, the engine runs without
     LoRA, and its greedy output follows the adapters as the actor's forward pass does. A sync that sends the
     base weights instead (the adapters lost) stops at the guard."""
-    from verl.models.lora import apply_lora
     from verl.workers.rollout.lora_guard import LoraSyncError
     from verl.workers.rollout.served import policy_weights
-    from verl.workers.rollout.vllm import VLLMRollout
 
-    lora = OmegaConf.create(
-        {
-            "lora_rank": 4,
-            "lora_alpha": 8,
-            "target_modules": ["q_proj", "o_proj", "down_proj"],
-            "exclude_modules": None,
-            "enable_gradient_checkpointing": False,
-        }
-    )
-    policy = apply_lora(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), lora)
-
-    def train_adapters(seed: int) -> None:
-        gen = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for name, param in policy.named_parameters():
-                if "lora_B" in name:
-                    param.copy_(torch.randn(param.shape, generator=gen) * 0.5)
-
-    engine = VLLMRollout(
-        policy,
-        [policy.config.eos_token_id],
-        PAD,
-        config=OmegaConf.structured(RolloutConfig),
-        max_model_len=64,
-        merge_lora=True,
-    )
+    policy = lora_policy(model_dir, ["q_proj", "o_proj", "down_proj"])
+    engine = vllm_engine(policy, merge_lora=True)
     assert engine.merge_lora and engine._lora is None
-    full_loads = []
-    load_weights = engine.load_weights
-    engine.load_weights = lambda weights: full_loads.append(1) or load_weights(weights)
-    prompts = make_prompts(policy, [4, 9, 6, 12] * 2, seed=5)
-    greedy = SamplingParams(do_sample=False, max_new_tokens=10)
-    outputs = []
-    for version in (0, 1):
-        train_adapters(seed=version)
-        engine.sync_weights(policy, version)
-        ours = engine.generate_sequences(prompts, greedy, weights_version=version)
-        expected = FastRollout(policy, [policy.config.eos_token_id], PAD).generate_sequences(prompts, greedy)
-        assert_same_greedy(policy, prompts, ours, expected)
-        outputs.append(ours.batch["responses"])
-    assert len(full_loads) == 2  # every sync sends every weight
-    assert not torch.equal(outputs[0], outputs[1])
+    full_loads = train_sync_and_compare(engine, policy)
+    assert full_loads == 2  # every sync sends every weight
     # a sync that loses the adapters (the base weights sent unmerged): the guard reads o_proj back and stops
-    train_adapters(seed=2)
+    train_adapters(policy, seed=2)
     engine._policy_weights = lambda model: iter(list(policy_weights(model)))
     with pytest.raises(LoraSyncError, match="merged weight"):
         engine.sync_weights(policy, 2)
