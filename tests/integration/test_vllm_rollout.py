@@ -409,12 +409,12 @@ def test_lora_merge_syncs_merged_weights_and_the_guard_reads_them_back(vllm_read
     from verl.workers.rollout.lora_guard import LoraSyncError
     from verl.workers.rollout.served import policy_weights
 
-    policy = lora_policy(model_dir, ["q_proj", "o_proj", "down_proj"])
+    policy = lora_policy(model_dir, ["q_proj", "down_proj"])  # the guard probes down_proj: wider than q_proj
     engine = vllm_engine(policy, merge_lora=True)
     assert engine.merge_lora and engine._lora is None
     full_loads = train_sync_and_compare(engine, policy)
     assert full_loads == 2  # every sync sends every weight
-    # a sync that loses the adapters (the base weights sent unmerged): the guard reads o_proj back and stops
+    # a sync that loses the adapters (the base weights sent unmerged): the guard probes down_proj and stops
     train_adapters(policy, seed=2)
     engine._policy_weights = lambda model: iter(list(policy_weights(model)))
     with pytest.raises(LoraSyncError, match="merged weight"):

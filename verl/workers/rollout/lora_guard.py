@@ -143,20 +143,22 @@ def check_vllm_adapters(llm: Any, lora_request: Any, model: torch.nn.Module, ver
 
 
 def engine_projection(
-    worker: Any, names: list[str], probe: torch.Tensor
-) -> tuple[str, torch.Tensor, torch.dtype] | None:
-    """In the vLLM worker: the first of ``names`` (HF weight names; vLLM fuses q/k/v and gate/up, so only the
-    projections it keeps apart are found) applied to ``probe`` as the engine computes it (on a CPU vLLM repacks
-    the weights for its kernels and keeps no readable ``weight``), without bias, in float32, with the dtype it
-    computed in; None when none is found."""
+    worker: Any, widths: dict[str, int], seed: int
+) -> tuple[str, torch.Tensor, torch.Tensor, torch.dtype] | None:
+    """In the vLLM worker: the first of ``widths``' names (HF weight names, each with its input width; vLLM fuses
+    q/k/v and gate/up, so only the projections it keeps apart are found) applied to a random probe of its width
+    (drawn from ``seed``) as the engine computes it (on a CPU vLLM repacks the weights for its kernels and keeps
+    no readable ``weight``), without bias: its name, the probe, the output in float32 and the dtype it computed
+    in; None when none is found."""
     modules = dict(worker.model_runner.model.named_modules())
-    for name in names:
+    for name, width in widths.items():
         module = modules.get(name.removesuffix(".weight"))
         if module is not None and hasattr(module, "quant_method"):
+            probe = torch.randn(4, width, generator=torch.Generator().manual_seed(seed))
             dtype = getattr(module, "params_dtype", probe.dtype)
             with torch.no_grad():
                 out = module.quant_method.apply(module, probe.to(dtype))
-            return name, out.detach().to("cpu", torch.float32), out.dtype
+            return name, probe, out.detach().to("cpu", torch.float32), out.dtype
     return None
 
 
@@ -171,12 +173,10 @@ def check_vllm_merged(llm: Any, model: torch.nn.Module, version: int) -> None:
     from verl.workers.rollout.served import adapted_layers, full, merged_weight
 
     layers = adapted_layers(model)
-    module = next(iter(layers.values()), None)
-    if module is None:
+    if not layers:
         return
-    in_features = module.get_base_layer().weight.shape[1]
-    probe = torch.randn(4, in_features, generator=torch.Generator().manual_seed(version))
-    results = llm.collective_rpc(lambda worker: engine_projection(worker, list(layers), probe))
+    widths = {name: module.get_base_layer().weight.shape[1] for name, module in layers.items()}
+    results = llm.collective_rpc(lambda worker: engine_projection(worker, widths, version))
     found = results[0] if results else None
     if found is None:
         logger.warning(
@@ -184,12 +184,12 @@ def check_vllm_merged(llm: Any, model: torch.nn.Module, version: int) -> None:
             "weights are not checked"
         )
         return
-    name, got, engine_dtype = found
+    name, probe, got, engine_dtype = found
     weight = merged_weight(layers[name], full(layers[name].get_base_layer().weight))
     want = probe @ weight.T
     eps = torch.finfo(engine_dtype).eps
     # the probe and the weight each rounded once to the engine's dtype, the sum accumulated in float32
-    bound = (2 * eps + in_features * torch.finfo(torch.float32).eps) * float(
+    bound = (2 * eps + widths[name] * torch.finfo(torch.float32).eps) * float(
         (probe.abs() @ weight.abs().T).max()
     )
     error = float((got - want).abs().max()) if got.shape == want.shape else float("inf")

@@ -222,9 +222,9 @@ class ServedEngine(RolloutEngine):
         self.last_sync_buckets = self._counts[0]
 
     def _policy_weights(self, model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-        """:func:`policy_weights` (:func:`merged_policy_weights` with ``merge_lora``) produced a bucket at a time (``update_weights_bucket_megabytes``: at most one
-        bucket of gathered full tensors alive besides the engine's copy), buckets and bytes counted into the
-        sync's figures."""
+        """:func:`policy_weights` (:func:`merged_policy_weights` with ``merge_lora``) produced a bucket at a time
+        (``update_weights_bucket_megabytes``: at most one bucket of gathered full tensors alive besides the
+        engine's copy), buckets and bytes counted into the sync's figures."""
         weights = merged_policy_weights(model) if self.merge_lora else policy_weights(model)
         return bucketed_stream(weights, self.sync.bucket_bytes, self._counts)
 
