@@ -34,7 +34,7 @@ import importlib.util
 import json
 import logging
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,28 @@ def peft_missing_message(what: str) -> str:
 def has_adapters(model: torch.nn.Module) -> bool:
     """Whether peft injected adapters into ``model`` (peft records their configs on it as ``peft_config``)."""
     return bool(getattr(model, "peft_config", None))
+
+
+def adapter_delta(
+    module: torch.nn.Module, full: Callable[[torch.Tensor], torch.Tensor] = torch.Tensor.detach
+) -> torch.Tensor | None:
+    """What a peft LoRA layer adds to its base weight: the sum over its active adapters of
+    ``B @ A * alpha / r`` (peft's ``get_delta_weight``), transposed for ``fan_in_fan_out``, in float32 whatever
+    autocast is on, so a merged weight is rounded once, to its own dtype. None when the adapters are disabled
+    (the reference policy), already merged into the base weight, or absent. ``full`` turns each adapter
+    weight into a whole tensor (an FSDP2 shard gathered: a collective every rank calls)."""
+    adapters = getattr(module, "lora_A", None)
+    if adapters is None or module.disable_adapters or module.merged:
+        return None
+    deltas = []
+    with torch.autocast(module.get_base_layer().weight.device.type, enabled=False):
+        for name in module.active_adapters:
+            if name in adapters:
+                delta = (full(module.lora_B[name].weight).float() @ full(adapters[name].weight).float()) * (
+                    module.scaling[name]
+                )
+                deltas.append(delta.T if module.fan_in_fan_out else delta)
+    return sum(deltas[1:], deltas[0]) if deltas else None
 
 
 def _plain(value: Any) -> Any:

@@ -9,6 +9,8 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
+from verl.models.lora import adapter_delta
+
 
 def onednn_linear_available() -> bool:
     """Whether this torch has oneDNN's prepacked linear (CPU builds with MKL-DNN: the usual wheels)."""
@@ -18,6 +20,14 @@ def onednn_linear_available() -> bool:
         and hasattr(mkldnn, "_reorder_linear_weight")
         and hasattr(mkldnn, "_linear_pointwise")
     )
+
+
+def onednn_dtypes() -> tuple[torch.dtype, ...]:
+    """The dtypes oneDNN's linear computes in on this CPU: bf16 needs avx512bw/vl/dq or avx_ne_convert (an
+    AVX2-only CPU raises at the weight's reorder); F.linear computes bf16 anywhere."""
+    if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return (torch.float32, torch.bfloat16)
+    return (torch.float32,)
 
 
 MATMULS = ("packed", "onednn", "torch")
@@ -88,19 +98,13 @@ def _concat_bias(projections: list[tuple[torch.Tensor, torch.Tensor | None]]) ->
 
 def projection(module: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The weight and bias a projection computes with: an ``nn.Linear``'s own, or for a peft LoRA layer its
-    base weight with each active adapter's ``B @ A * alpha / r`` added (peft's ``get_delta_weight``), in
-    float32 whatever autocast is on, so the decode rounds the merged weight once. Nothing is added while
-    the adapters are disabled (the reference policy) or already merged into the base weight."""
+    base weight with its active adapters merged in (`verl.models.lora.adapter_delta`), rounded once to the base
+    weight's dtype. Nothing is added while the adapters are disabled (the reference policy) or already merged."""
     base = module.get_base_layer() if hasattr(module, "get_base_layer") else module
-    weight = base.weight
-    adapters = getattr(module, "lora_A", None)
-    if adapters is not None and not module.disable_adapters and not module.merged:
-        with torch.autocast(weight.device.type, enabled=False):
-            deltas = [module.get_delta_weight(name) for name in module.active_adapters if name in adapters]
-        if deltas:
-            weight = weight.detach().float() + sum(d.float() for d in deltas)
-            weight = weight.to(base.weight.dtype)
-    return weight, base.bias
+    delta = adapter_delta(module)
+    if delta is None:
+        return base.weight, base.bias
+    return (base.weight.detach().float() + delta).to(base.weight.dtype), base.bias
 
 
 def _base_weight(module: torch.nn.Module) -> torch.Tensor:
@@ -181,7 +185,7 @@ class LeanWeights:
         matmul = cls.matmul_override
         if matmul is None:
             on_cpu = model.lm_head.weight.device.type == "cpu"  # oneDNN's ops here are CPU kernels
-            if not on_cpu or not onednn_linear_available() or dtype not in (torch.float32, torch.bfloat16):
+            if not on_cpu or not onednn_linear_available() or dtype not in onednn_dtypes():
                 matmul = "torch"
             else:
                 matmul = "packed" if copied or all_bytes <= cls.pack_limit_bytes else "onednn"

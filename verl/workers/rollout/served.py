@@ -25,7 +25,7 @@ import torch
 from omegaconf import OmegaConf
 
 from verl.models.loading import resolve_dtype
-from verl.models.lora import has_adapters
+from verl.models.lora import adapter_delta, has_adapters
 from verl.protocol import DataProto
 from verl.workers.rollout.base import (
     RolloutEngine,
@@ -62,19 +62,10 @@ def policy_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]
 
 
 def merged_weight(module: torch.nn.Module, base: torch.Tensor) -> torch.Tensor:
-    """A peft LoRA layer's weight with its active adapters merged in, ``base + B @ A * alpha / r`` (peft's
-    ``get_delta_weight``), in float32; ``base`` is its base layer's full weight. Disabled or already merged
-    adapters add nothing."""
-    weight = base.float()
-    if module.disable_adapters or module.merged:
-        return weight
-    for adapter in module.active_adapters:
-        if adapter in module.lora_A:
-            a = full(module.lora_A[adapter].weight).float()
-            b = full(module.lora_B[adapter].weight).float()
-            delta = (b @ a) * module.scaling[adapter]
-            weight = weight + (delta.T if module.fan_in_fan_out else delta)
-    return weight
+    """A peft LoRA layer's weight with its active adapters merged in (`verl.models.lora.adapter_delta`, the
+    adapters gathered whole), in float32; ``base`` is its base layer's full weight."""
+    delta = adapter_delta(module, full)
+    return base.float() if delta is None else base.float() + delta
 
 
 def adapted_layers(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
