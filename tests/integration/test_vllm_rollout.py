@@ -8,6 +8,7 @@ with VERL_REQUIRE_VLLM=1 (set by .ci/run) a missing or broken vLLM fails instead
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
 import threading
@@ -393,11 +394,14 @@ def train_sync_and_compare(engine: Any, policy: torch.nn.Module) -> int:
     return len(full_loads)
 
 
-def test_lora_syncs_the_base_once_then_only_the_adapters(vllm_ready, model_dir):
+def test_lora_syncs_the_base_once_then_only_the_adapters(vllm_ready, model_dir, caplog):
     """A LoRA policy: vLLM gets the base weights at the first sync and only the adapters after; its greedy
-    output follows the adapters as the actor's own forward pass does."""
+    output follows the adapters as the actor's own forward pass does. On a CPU the start-up points at
+    model.lora_merge (vLLM's LoRA kernels are the slow path there)."""
     policy = lora_policy(model_dir, ["q_proj", "v_proj", "gate_proj"])
-    engine = vllm_engine(policy)
+    with caplog.at_level(logging.WARNING, logger="verl.workers.rollout.vllm"):
+        engine = vllm_engine(policy)
+    assert "lora_merge=true" in caplog.text
     full_loads = train_sync_and_compare(engine, policy)
     assert full_loads == 1  # the base weights went in once
 
