@@ -12,14 +12,12 @@ import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from verl.config import load_config
-from verl.models import make_tiny_model
+from tests._genrm import chat_ids, genrm_config, make_judge, post
 from verl.workers.reward.genrm import GenRMService
 from verl.workers.rollout.base import SamplingParams, TokenRequest
 from verl.workers.rollout.dummy import DummyRollout
@@ -30,37 +28,6 @@ from verl.workers.rollout.server import RolloutServer
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 QUESTIONS = ["What is 1+2?", "Score this: 42", "hello", "b c d"]
-CLIENT = (
-    "async def judge(data_source, solution_str, ground_truth, extra_info=None, reward_router_address=None):\n"
-)
-CLIENT += "    return 0.0\n"
-
-
-def make_judge(out: Path) -> Path:
-    """A tiny causal LM whose greedy replies differ from prompt to prompt (the default initialisation's tiny
-    weights answer every prompt with the same newline)."""
-    path = make_tiny_model(out / "init", hidden_size=64, num_hidden_layers=2, intermediate_size=128)
-    model, tokenizer = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() > 1:
-                param.normal_(0, 0.3)
-    model.save_pretrained(out / "judge")
-    tokenizer.save_pretrained(out / "judge")
-    return out / "judge"
-
-
-def genrm_config(judge: Path, tmp: Path, *extra: str) -> Any:
-    client = tmp / "client.py"
-    client.write_text(CLIENT)
-    overrides = ["reward_model.enable=true", f"reward_model.model.path={judge}"]
-    overrides += [
-        f"custom_reward_function.path={client}",
-        "custom_reward_function.name=judge",
-        "data.train_files=x",
-    ]
-    return load_config("grpo", [*overrides, *extra], check=False)
 
 
 @pytest.fixture(scope="module")
@@ -75,25 +42,6 @@ def service(judge_dir, tmp_path_factory):
     service = GenRMService.from_config(cfg)
     yield service
     service.close()
-
-
-def post(address: str, path: str, body: Any) -> tuple[int, dict]:
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    request = urllib.request.Request(
-        f"http://{address}{path}", data=data, headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=60) as reply:
-            return reply.status, json.loads(reply.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
-
-
-def chat_ids(tokenizer: Any, question: str) -> list[int]:
-    text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True
-    )
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 def test_a_greedy_reply_is_the_engines_greedy_generation_of_the_chat(service, judge_dir) -> None:
