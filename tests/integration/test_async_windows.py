@@ -105,14 +105,14 @@ def test_a_fractional_window_resumes_exactly(tiny_model_dir, arithmetic_files, t
 RAGGED = ("data.max_response_length=16", "actor_rollout_ref.rollout.n=2")
 WAIT = "trainer.v1.sampler.max_off_policy_strategy=wait"
 POOLS = {
-    # the actor's pool, two batches more in flight: a generation carried over one update has reached bound 1
+    # the actor's pool, two batches more in flight: a generation carried over one update has reached a span of 2
     "colocate": (
         ("trainer.v1.trainer_mode=colocate_async", "trainer.v1.colocate_async.num_warmup_batches=2"),
-        1,
+        2,
         "actor_rollout",
     ),
     # the rollout role's streaming pool, one batch ahead: new generations start one version old
-    "streaming": ((SEPARATE, "async_training.staleness_threshold=0.5"), 2, "rollout"),
+    "streaming": ((SEPARATE, "async_training.staleness_threshold=0.5"), 3, "rollout"),
 }
 
 
@@ -134,9 +134,9 @@ def ragged_sync(ragged_model_dir, arithmetic_files, tmp_path_factory):
 def test_wait_finishes_a_stale_generation_and_trains_it(
     ragged_model_dir, arithmetic_files, ragged_sync, tmp_path, pool
 ):
-    """max_off_policy_strategy=wait: a generation whose first token has reached the bound is finished (under
-    the weights the rollout holds) before the batch is taken, and trained in it: drawn across two versions, its
-    first token ``bound`` versions old. Nothing is started again, and every prompt is trained once."""
+    """max_off_policy_strategy=wait: a generation whose span has reached the bound is finished (under the
+    weights the rollout holds) before the batch is taken, and trained in it: drawn across two versions, its
+    first token ``bound - 1`` versions old (verl counts a span inclusively). Nothing is started again, and every prompt is trained once."""
     mode, bound, role = POOLS[pool]
     out = tmp_path / "wait"
     trainer = run(
@@ -148,7 +148,7 @@ def test_wait_finishes_a_stale_generation_and_trains_it(
     assert waited, [r["fully_async/count/waited_groups"] for r in rows]
     for r in waited:  # the finished generations are in that step's batch
         assert r[f"{OFF_POLICY}/trajectory_spans/max"] == 2.0
-        assert r[f"{OFF_POLICY}/trajectory_staleness_worst/max"] >= bound
+        assert r[f"{OFF_POLICY}/trajectory_staleness_worst/max"] >= bound - 1
     assert all("fully_async/count/restarted_groups" not in r for r in rows)
     assert trainer.controller.group(role).workers[0].host.pool.restarted == 0
     assert sorted(p for ps in prompts_by_step(out).values() for p in ps) == sorted(

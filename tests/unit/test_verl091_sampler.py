@@ -145,10 +145,14 @@ def test_a_fractional_warm_up_keeps_that_many_prompts_in_flight(
     assert seen == submitted
 
 
-def test_the_staleness_bound_of_a_number_is_that_number(tiny_model_dir, arithmetic_files, tmp_path) -> None:
+def test_the_staleness_bound_counts_versions_inclusively_as_verl(
+    tiny_model_dir, arithmetic_files, tmp_path
+) -> None:
+    """verl's span of a prompt is its versions since submission, counted inclusively: threshold 8 lets a first
+    token be at most 7 versions older than the policy it trains."""
     config = _run(tiny_model_dir, arithmetic_files, tmp_path, "trainer.v1.trainer_mode=colocate_async")
     trainer = RLTrainer(config)
     try:
-        assert source_for(config, trainer.plan).max_staleness == 8
+        assert source_for(config, trainer.plan).max_staleness == 7
     finally:
         trainer.shutdown()

@@ -476,8 +476,11 @@ generation is ever restarted"""
 
 
 def staleness_bound(threshold: int | None) -> int:
-    """The pool's ``max_staleness`` for ``trainer.v1.sampler.max_off_policy_threshold`` (null: no bound)."""
-    return NO_BOUND if threshold is None else int(threshold)
+    """The pool's ``max_staleness`` for ``trainer.v1.sampler.max_off_policy_threshold`` (null: no bound). verl
+    counts a prompt's versions inclusively, ``(global_steps - prompt_step + 1) / parameter_sync_step``, and
+    lets through at most ``threshold``: a first token at most ``threshold - 1`` versions older than the policy
+    it trains."""
+    return NO_BOUND if threshold is None else int(threshold) - 1
 
 
 def _finished(batch: DataChannel | DataProto) -> DataProto:
