@@ -54,8 +54,17 @@ def tool_file(body: str, method: str = EXECUTE) -> str:
     return TOOL_HEAD + method + body
 
 
+TOOLS_WARM_START = (
+    "prepare.sft.total_training_steps=150",  # about half the samples call the calculator: enough to hang a tool
+    "prepare.task_kwargs.sft_size=128",
+    "prepare.task_kwargs.tool_demos=64",
+)
+"""the brief warm start of the tool recipe the cases run (tests/integration/test_resume.py's, so built once)"""
+
+
 def _tool_setup(code: str):
     def setup(tmp: Path, fx: Fixtures) -> None:
+        fx.prepare("arithmetic_tools", TOOLS_WARM_START)  # built before the case's clock starts
         write(tmp / "tool.py", code)
         write(tmp / "tools.yaml", TOOLS_YAML)
 
@@ -63,7 +72,9 @@ def _tool_setup(code: str):
 
 
 def _tools_run(*overrides: str) -> list[str]:
-    return run(f"{TOOL_KEY}.tool_config_path=tools.yaml", *overrides, config="arithmetic_tools")
+    return run(
+        f"{TOOL_KEY}.tool_config_path=tools.yaml", *TOOLS_WARM_START, *overrides, config="arithmetic_tools"
+    )
 
 
 def _metric_positive(name: str):

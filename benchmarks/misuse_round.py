@@ -227,6 +227,7 @@ class Fixtures:
         self.host = socket.gethostname()
         self._lock = threading.Lock()
         self._checkpoint_run: Path | None = None
+        self._prepared: set[str] = set()
         self.model, self.train, self.val, self.cache = self._find_inputs()
 
     def _find_inputs(self) -> tuple[str, str, str, str]:
@@ -268,6 +269,29 @@ class Fixtures:
                     raise RuntimeError(f"could not build the checkpoint fixture:\n{proc.stderr[-3000:]}")
                 self._checkpoint_run = run
             return self._checkpoint_run
+
+    def prepare(self, recipe: str, overrides: Sequence[str] = ()) -> None:
+        """Build the prepared inputs (warm start, data) of ``recipe`` with ``overrides`` in the shared cache,
+        once, before a case's clock starts: a warm start takes minutes on a slow CPU, not what a case grades."""
+        key = " ".join([recipe, *overrides])
+        with self._lock:
+            if key in self._prepared:
+                return
+            code = (
+                "from verl.config import load_config\n"
+                "from verl.trainer.prepare import prepare_inputs\n"
+                f"prepare_inputs(load_config({recipe!r}, {list(overrides)!r}))\n"
+            )
+            proc = subprocess.run(
+                [sys.executable, "-c", code],
+                env=base_env(self.cache),
+                capture_output=True,
+                text=True,
+                timeout=1800,
+            )
+            if proc.returncode != 0:
+                raise RuntimeError(f"could not prepare the {recipe} recipe's inputs:\n{proc.stderr[-3000:]}")
+            self._prepared.add(key)
 
     def copy_run(self, dest: Path) -> Path:
         """Copy the checkpoint fixture to ``dest`` (without a lock file a run may have left)."""
