@@ -1,5 +1,5 @@
 """On-policy distillation end to end: real RL steps on the tiny model with a teacher scoring every training batch
-(never the validation batches), in the synchronous trainer, colocate_async and FSDP2, with the estimator and the
+(never the validation batches), in the synchronous trainer, the asynchronous modes and FSDP2, with the estimator and the
 top-k losses, as a loss and as a reward."""
 
 from __future__ import annotations
@@ -109,15 +109,24 @@ def test_forward_kl_over_the_teachers_topk(
         assert ("actor/distillation/pg_clipfrac" in row) == policy_gradient
 
 
-def test_colocate_async_distils_two_steps(tiny_model_dir, arithmetic_files, tmp_path, other_teacher):
-    rows, scored, moved = run(
-        tiny_model_dir,
-        arithmetic_files,
-        tmp_path,
-        other_teacher,
+ASYNC_MODES = {
+    "colocate_async": (
         "trainer.v1.trainer_mode=colocate_async",
         "trainer.v1.colocate_async.num_warmup_batches=1",
-    )
+    ),
+    # a rollout role of its own generating a batch ahead, and its streaming pool (fully async)
+    "separate_async": (
+        "trainer.v1.trainer_mode=separate_async",
+        "trainer.v1.separate_async.num_warmup_batches=1",
+    ),
+    "streaming": ("trainer.v1.trainer_mode=separate_async", "async_training.staleness_threshold=0.5"),
+}
+
+
+@pytest.mark.parametrize("mode", list(ASYNC_MODES))
+def test_the_async_modes_distil_two_steps(tiny_model_dir, arithmetic_files, tmp_path, other_teacher, mode):
+    """The teacher scores each training batch where the actor trains it, whichever process generated it."""
+    rows, scored, moved = run(tiny_model_dir, arithmetic_files, tmp_path, other_teacher, *ASYNC_MODES[mode])
     assert [r["step"] for r in rows] == [1, 2] and scored == [16, 16] and moved
     assert all(r["actor/distillation/loss"] > 0 for r in rows)
 
