@@ -149,3 +149,19 @@ def test_fsdp2_distils_as_dp_does(tiny_model_dir, arithmetic_files, tmp_path, ot
     for dp, fsdp in zip(metrics["dp"], metrics["fsdp2"], strict=True):
         for key in (k for k in dp if k.startswith("actor/distillation/")):
             assert fsdp[key] == pytest.approx(dp[key], rel=1e-4, abs=1e-6), key
+
+
+def test_a_lora_student_distils(tiny_model_dir, arithmetic_files, tmp_path, other_teacher):
+    """A LoRA student (its adapters trained) distils toward a full teacher."""
+    rows, scored, moved = run(
+        tiny_model_dir,
+        arithmetic_files,
+        tmp_path,
+        other_teacher,
+        "actor_rollout_ref.model.lora_rank=8",
+        "actor_rollout_ref.model.lora_alpha=16",
+        "actor_rollout_ref.model.target_modules=all-linear",
+        "distillation.distillation_loss.use_task_rewards=false",
+    )
+    assert scored == [16, 16] and moved
+    assert all(r["actor/distillation/loss"] > 0 for r in rows)
