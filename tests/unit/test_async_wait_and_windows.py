@@ -123,3 +123,26 @@ def test_a_window_crossing_two_batches_of_different_widths_takes_its_prompts():
     taken = _take_prompts(queued, 3)  # the first batch whole and one row of the next, 1 token wider
     assert taken.batch["input_ids"].tolist() == [[0, 5, 6], [0, 7, 8], [1, 2, 3]]
     assert len(queued) == 1 and queued[0].batch["input_ids"].tolist() == [[4, 5, 6]]
+
+
+def test_wait_is_refused_below_the_span_a_carried_generation_trains_with():
+    """A generation carried over a batch trains with a span (versions, inclusive) of at least the pool's lag + 2:
+    colocated 2, streaming one batch ahead 3. wait cannot hold a smaller threshold; drop can."""
+    bound, wait = (
+        "trainer.v1.sampler.max_off_policy_threshold",
+        "trainer.v1.sampler.max_off_policy_strategy=wait",
+    )
+    colocate = ("trainer.v1.trainer_mode=colocate_async",)
+    with pytest.raises(ConfigError, match="span of at least 2 versions"):
+        load_config("ppo_trainer", [*colocate, wait, f"{bound}=1"])
+    load_config("ppo_trainer", [*colocate, wait, f"{bound}=2"])
+    load_config("ppo_trainer", [*colocate, f"{bound}=1"])  # drop
+    stream = (
+        *SEPARATE,
+        "async_training.staleness_threshold=0.5",
+        "trainer.v1.separate_async.num_warmup_batches=1",
+    )
+    with pytest.raises(ConfigError, match="span of at least 3 versions"):
+        load_config("ppo_trainer", [*stream, wait, f"{bound}=2"])
+    load_config("ppo_trainer", [*stream, wait, f"{bound}=3"])
+    load_config("ppo_trainer", [*stream, f"{bound}=2"])  # drop

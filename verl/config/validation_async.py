@@ -33,6 +33,7 @@ def async_errors(errors: list[str], cfg: DictConfig) -> None:
     if mode in ("separate_async", "colocate_async"):  # read only in its own mode, as in verl
         _warmup_errors(errors, f"{key}.{mode}.num_warmup_batches", v1[mode].num_warmup_batches)
     fully = cfg.async_training
+    _wait_bound_errors(errors, cfg)
     check_at_least(errors, "async_training.staleness_threshold", fully.staleness_threshold, 0)
     check_at_least(errors, "async_training.require_batches", fully.require_batches, 1)
     streaming = isinstance(fully.staleness_threshold, (int, float)) and fully.staleness_threshold > 0
@@ -96,6 +97,35 @@ def _separate_async_errors(errors: list[str], cfg: DictConfig, streaming: bool) 
             f"{sync_key}={sync_step}: the weights are synced once per RL step, after "
             f"data.train_batch_size / {ARR}.actor.ppo_mini_batch_size = {data.train_batch_size} / {mini} "
             "mini-batches; leave it null or make the product equal data.train_batch_size (verl's rule)"
+        )
+
+
+def _wait_bound_errors(errors: list[str], cfg: DictConfig) -> None:
+    """``max_off_policy_strategy=wait`` in a pool (colocate_async, or separate_async streaming): a generation
+    still running when a batch is taken is carried into a later one, its first token drawn by weights the lag
+    of the pool behind the trainer's (0 colocated, floor(num_warmup_batches) streaming), so it trains with a
+    span (versions, inclusive, as verl counts) of at least lag + 2. A smaller threshold cannot be held by
+    waiting; drop holds any, by starting such generations again."""
+    v1, key = cfg.trainer.v1, "trainer.v1"
+    bound, mode = v1.sampler.max_off_policy_threshold, v1.trainer_mode
+    if v1.sampler.max_off_policy_strategy != "wait" or isinstance(bound, bool) or not isinstance(bound, int):
+        return
+    threshold = cfg.async_training.staleness_threshold
+    streaming = isinstance(threshold, (int, float)) and threshold > 0
+    if mode == "colocate_async":
+        lag = 0
+    elif mode == "separate_async" and streaming:
+        lag = _oldest_lag(v1.separate_async.num_warmup_batches, None, streaming=True)
+        if lag is None:
+            return
+    else:
+        return  # a fixed depth: nothing is carried over (its bound is checked against the depth)
+    if bound < lag + 2:
+        errors.append(
+            f"{key}.sampler.max_off_policy_strategy=wait with {key}.sampler.max_off_policy_threshold={bound}: "
+            f"in {mode}'s pool a generation carried over a batch trains with a span of at least {lag + 2} "
+            f"versions, past the bound; set the threshold to {lag + 2} or more, or max_off_policy_strategy=drop "
+            "(which starts such generations again)"
         )
 
 
