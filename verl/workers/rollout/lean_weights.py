@@ -192,7 +192,9 @@ class LeanWeights:
         if matmul not in MATMULS:
             raise ValueError(f"matmul {matmul!r}: one of {MATMULS}")
         if matmul != "torch" and dtype not in onednn_dtypes():
-            raise ValueError(f"matmul {matmul!r} in {dtype}: oneDNN computes only {onednn_dtypes()} on this CPU")
+            raise ValueError(
+                f"matmul {matmul!r} in {dtype}: oneDNN computes only {onednn_dtypes()} on this CPU"
+            )
         fuse = matmul == "packed" or fused_bytes <= cls.fuse_limit_bytes
 
         def linear(*projections: tuple[torch.Tensor, torch.Tensor | None]) -> _Linear:
