@@ -105,9 +105,9 @@ def test_a_fractional_window_resumes_exactly(tiny_model_dir, arithmetic_files, t
 RAGGED = ("data.max_response_length=16", "actor_rollout_ref.rollout.n=2")
 WAIT = "trainer.v1.sampler.max_off_policy_strategy=wait"
 POOLS = {
-    # the actor's pool, two batches more in flight: a generation carried over one update has reached a span of 2
+    # the actor's pool, one batch more in flight: a generation carried over one update reaches a span of 2
     "colocate": (
-        ("trainer.v1.trainer_mode=colocate_async", "trainer.v1.colocate_async.num_warmup_batches=2"),
+        ("trainer.v1.trainer_mode=colocate_async", "trainer.v1.colocate_async.num_warmup_batches=1"),
         2,
         "actor_rollout",
     ),
@@ -149,6 +149,9 @@ def test_wait_finishes_a_stale_generation_and_trains_it(
     for r in waited:  # the finished generations are in that step's batch
         assert r[f"{OFF_POLICY}/trajectory_spans/max"] == 2.0
         assert r[f"{OFF_POLICY}/trajectory_staleness_worst/max"] >= bound - 1
+    # and the bound holds: no first token more than bound - 1 versions older than the policy it trained
+    worst = [r.get(f"{OFF_POLICY}/trajectory_staleness_worst/max", 0) for r in rows]
+    assert max(worst) <= bound - 1, worst
     assert all("fully_async/count/restarted_groups" not in r for r in rows)
     assert trainer.controller.group(role).workers[0].host.pool.restarted == 0
     assert sorted(p for ps in prompts_by_step(out).values() for p in ps) == sorted(

@@ -127,16 +127,23 @@ def test_a_window_crossing_two_batches_of_different_widths_takes_its_prompts():
 
 def test_wait_is_refused_below_the_span_a_carried_generation_trains_with():
     """A generation carried over a batch trains with a span (versions, inclusive) of at least the pool's lag + 2:
-    colocated 2, streaming one batch ahead 3. wait cannot hold a smaller threshold; drop can."""
+    colocated 2, streaming one batch ahead 3. wait cannot hold a smaller threshold; drop can. And a group that
+    finishes ahead of its batch waits in the pool: W batches ahead, W versions old when trained."""
     bound, wait = (
         "trainer.v1.sampler.max_off_policy_threshold",
         "trainer.v1.sampler.max_off_policy_strategy=wait",
     )
+    ahead = "trainer.v1.colocate_async.num_warmup_batches"
     colocate = ("trainer.v1.trainer_mode=colocate_async",)
     with pytest.raises(ConfigError, match="span of at least 2 versions"):
-        load_config("ppo_trainer", [*colocate, wait, f"{bound}=1"])
-    load_config("ppo_trainer", [*colocate, wait, f"{bound}=2"])
-    load_config("ppo_trainer", [*colocate, f"{bound}=1"])  # drop
+        load_config("ppo_trainer", [*colocate, f"{ahead}=0", wait, f"{bound}=1"])
+    load_config("ppo_trainer", [*colocate, f"{ahead}=0", f"{bound}=1"])  # drop
+    load_config("ppo_trainer", [*colocate, f"{ahead}=1", wait, f"{bound}=2"])
+    with pytest.raises(
+        ConfigError, match="groups finished ahead of their batch would be 2 policy versions old"
+    ):
+        load_config("ppo_trainer", [*colocate, f"{ahead}=2", f"{bound}=2"])
+    load_config("ppo_trainer", [*colocate, f"{ahead}=2", f"{bound}=3"])
     stream = (
         *SEPARATE,
         "async_training.staleness_threshold=0.5",

@@ -50,6 +50,14 @@ def async_errors(errors: list[str], cfg: DictConfig) -> None:
             f"step; make {ARR}.actor.ppo_mini_batch_size {fully.require_batches}x larger instead"
         )
     if mode == "colocate_async":
+        ahead, bound = v1.colocate_async.num_warmup_batches, v1.sampler.max_off_policy_threshold
+        oldest = _oldest_lag(ahead, None, streaming=True)
+        if oldest is not None and isinstance(bound, int) and oldest >= bound:
+            # a group submitted for the batch W steps ahead and finished early waits in the pool for its turn
+            errors.append(
+                f"{key}.colocate_async.num_warmup_batches={ahead}: groups finished ahead of their batch would "
+                f"be {oldest} policy versions old, at or past {key}.sampler.max_off_policy_threshold={bound}"
+            )
         if streaming:
             errors.append(
                 f"async_training.staleness_threshold={fully.staleness_threshold} is for trainer_mode="
