@@ -33,10 +33,10 @@ def async_errors(errors: list[str], cfg: DictConfig) -> None:
     if mode in ("separate_async", "colocate_async"):  # read only in its own mode, as in verl
         _warmup_errors(errors, f"{key}.{mode}.num_warmup_batches", v1[mode].num_warmup_batches)
     fully = cfg.async_training
-    _wait_bound_errors(errors, cfg)
     check_at_least(errors, "async_training.staleness_threshold", fully.staleness_threshold, 0)
     check_at_least(errors, "async_training.require_batches", fully.require_batches, 1)
     streaming = isinstance(fully.staleness_threshold, (int, float)) and fully.staleness_threshold > 0
+    _wait_bound_errors(errors, cfg, streaming)
     if mode not in ("separate_async", "colocate_async"):
         if streaming:
             errors.append(
@@ -50,14 +50,11 @@ def async_errors(errors: list[str], cfg: DictConfig) -> None:
             f"step; make {ARR}.actor.ppo_mini_batch_size {fully.require_batches}x larger instead"
         )
     if mode == "colocate_async":
-        ahead, bound = v1.colocate_async.num_warmup_batches, v1.sampler.max_off_policy_threshold
+        # a group submitted for the batch W steps ahead and finished early waits in the pool for its turn
+        ahead = v1.colocate_async.num_warmup_batches
         oldest = _oldest_lag(ahead, None, streaming=True)
-        if oldest is not None and isinstance(bound, int) and oldest >= bound:
-            # a group submitted for the batch W steps ahead and finished early waits in the pool for its turn
-            errors.append(
-                f"{key}.colocate_async.num_warmup_batches={ahead}: groups finished ahead of their batch would "
-                f"be {oldest} policy versions old, at or past {key}.sampler.max_off_policy_threshold={bound}"
-            )
+        _depth_errors(errors, cfg, f"{key}.colocate_async.num_warmup_batches={ahead}", oldest,
+                      "groups finished ahead of their batch")  # fmt: skip
         if streaming:
             errors.append(
                 f"async_training.staleness_threshold={fully.staleness_threshold} is for trainer_mode="
@@ -77,13 +74,9 @@ def _separate_async_errors(errors: list[str], cfg: DictConfig, streaming: bool) 
     """``trainer.v1.separate_async``: the depth against the staleness bound; the weight-sync period."""
     v1, key = cfg.trainer.v1, "trainer.v1"
     arr, data = cfg.actor_rollout_ref, cfg.data
-    ahead, bound = v1.separate_async.num_warmup_batches, v1.sampler.max_off_policy_threshold
+    ahead = v1.separate_async.num_warmup_batches
     oldest = _oldest_lag(ahead, data.train_batch_size, streaming)
-    if oldest is not None and isinstance(bound, int) and oldest >= bound:
-        errors.append(
-            f"{key}.separate_async.num_warmup_batches={ahead}: samples would be {oldest} policy versions old, at "
-            f"or past {key}.sampler.max_off_policy_threshold={bound}"
-        )
+    _depth_errors(errors, cfg, f"{key}.separate_async.num_warmup_batches={ahead}", oldest, "samples")
     sync_step = v1.separate_async.parameter_sync_step
     trigger = cfg.async_training.trigger_parameter_sync_step
     if trigger is not None and sync_step is not None and trigger != sync_step:
@@ -108,7 +101,17 @@ def _separate_async_errors(errors: list[str], cfg: DictConfig, streaming: bool) 
         )
 
 
-def _wait_bound_errors(errors: list[str], cfg: DictConfig) -> None:
+def _depth_errors(errors: list[str], cfg: DictConfig, depth: str, oldest: int | None, what: str) -> None:
+    """A pipeline ``depth`` (``key=value``) whose ``oldest`` samples would reach the staleness bound."""
+    bound = cfg.trainer.v1.sampler.max_off_policy_threshold
+    if oldest is not None and isinstance(bound, int) and oldest >= bound:
+        errors.append(
+            f"{depth}: {what} would be {oldest} policy versions old, at or past "
+            f"trainer.v1.sampler.max_off_policy_threshold={bound}"
+        )
+
+
+def _wait_bound_errors(errors: list[str], cfg: DictConfig, streaming: bool) -> None:
     """``max_off_policy_strategy=wait`` in a pool (colocate_async, or separate_async streaming): a generation
     still running when a batch is taken is carried into a later one, its first token drawn by weights the lag
     of the pool behind the trainer's (0 colocated, floor(num_warmup_batches) streaming), so it trains with a
@@ -118,8 +121,6 @@ def _wait_bound_errors(errors: list[str], cfg: DictConfig) -> None:
     bound, mode = v1.sampler.max_off_policy_threshold, v1.trainer_mode
     if v1.sampler.max_off_policy_strategy != "wait" or isinstance(bound, bool) or not isinstance(bound, int):
         return
-    threshold = cfg.async_training.staleness_threshold
-    streaming = isinstance(threshold, (int, float)) and threshold > 0
     if mode == "colocate_async":
         lag = 0
     elif mode == "separate_async" and streaming:

@@ -183,15 +183,16 @@ class LeanWeights:
         # then packing that copy costs nothing extra.
         copied = any(adapted(lin) for group in layers_linears for lin in group) or dtype != bases[0][0].dtype
         matmul = cls.matmul_override
+        onednn_computes = dtype in onednn_dtypes()
         if matmul is None:
             on_cpu = model.lm_head.weight.device.type == "cpu"  # oneDNN's ops here are CPU kernels
-            if not on_cpu or not onednn_linear_available() or dtype not in onednn_dtypes():
+            if not on_cpu or not onednn_linear_available() or not onednn_computes:
                 matmul = "torch"
             else:
                 matmul = "packed" if copied or all_bytes <= cls.pack_limit_bytes else "onednn"
         if matmul not in MATMULS:
             raise ValueError(f"matmul {matmul!r}: one of {MATMULS}")
-        if matmul != "torch" and dtype not in onednn_dtypes():
+        if matmul != "torch" and not onednn_computes:
             raise ValueError(
                 f"matmul {matmul!r} in {dtype}: oneDNN computes only {onednn_dtypes()} on this CPU"
             )
