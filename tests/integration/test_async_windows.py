@@ -152,8 +152,27 @@ def test_wait_finishes_a_stale_generation_and_trains_it(
     # and the bound holds: no first token more than bound - 1 versions older than the policy it trained
     worst = [r.get(f"{OFF_POLICY}/trajectory_staleness_worst/max", 0) for r in rows]
     assert max(worst) <= bound - 1, worst
-    assert all("fully_async/count/restarted_groups" not in r for r in rows)
+    assert all(r["fully_async/count/restarted_groups"] == 0 for r in rows)
     assert trainer.controller.group(role).workers[0].host.pool.restarted == 0
     assert sorted(p for ps in prompts_by_step(out).values() for p in ps) == sorted(
         p for ps in ragged_sync.values() for p in ps
     )
+
+
+def test_drop_evicts_a_finished_group_past_the_bound(ragged_model_dir, arithmetic_files, tmp_path, caplog):
+    """max_off_policy_strategy=drop in the streaming pool: a group that finished ahead of its batch and waited
+    in the pool past the bound is started again (verl evicts the whole group), not trained. With a threshold
+    of 2 every generation carried over a batch of this pool (one version behind) would train with a span of
+    3: each starts again, with a warning at start-up, and the bound holds on every step."""
+    out = tmp_path / "drop"
+    with caplog.at_level("WARNING", logger="verl.trainer.sources"):
+        run(
+            ragged_model_dir, arithmetic_files, out, *RAGGED, SEPARATE, "async_training.staleness_threshold=1.0",
+            "trainer.v1.sampler.max_off_policy_threshold=2", steps=6,
+        )  # fmt: skip
+    assert "every generation the pool carries over a batch" in caplog.text
+    rows = steps_logged(out)
+    assert all(r.get(f"{OFF_POLICY}/trajectory_staleness_worst/max", 0) <= 1 for r in rows)
+    assert sum(r["fully_async/count/restarted_groups"] for r in rows) > 0
+    trained = [p for ps in prompts_by_step(out).values() for p in ps]
+    assert len(trained) == len(set(trained)) * 2  # each prompt's two responses, once

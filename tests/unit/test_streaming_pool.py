@@ -138,13 +138,38 @@ def test_finish_started_completes_started_generations_under_the_old_weights():
     assert p.rows["g2"][0].tokens == []
 
 
-def test_restart_stale_drops_what_an_old_policy_drew_and_keeps_finished_groups():
+def test_restart_stale_drops_what_an_old_policy_drew_finished_or_not():
     p, calls = pool(), []
     p.submit(groups([[6], [1], [1]]))
     p.collect(1, scripted_decode(calls), version=3)  # g1 handed over; g2 finished, g0 running
-    assert p.restart_stale(oldest_allowed=4) == 1
-    assert p.rows["g0"][0].tokens == [] and p.rows["g2"][0].done
-    assert p.restarted == 1
+    assert p.stale(4) == ["g0"] and p.stale(4, finished=True) == ["g2"]
+    assert p.restart_stale(oldest_allowed=3) == 0  # version 3 is allowed
+    assert p.restart_stale(oldest_allowed=4) == 2  # verl's drop evicts the whole group, finished or not
+    assert p.rows["g0"][0].tokens == [] and p.rows["g2"][0].tokens == [] and not p.rows["g2"][0].done
+    assert p.restarted == 2
+
+
+def test_restart_stale_spares_the_stalest_finished_groups_the_next_collect_trains():
+    p, calls = pool(), []
+    p.submit(groups([[1], [1], [1], [9]]))
+    p.collect(1, scripted_decode(calls), version=0)  # g0 handed over; g1, g2 finished with it; g3 running
+    p.submit(groups([[1]], first_uid=4))  # nothing drawn yet: never stale
+    assert p.restart_stale(oldest_allowed=1, keep=1) == 2  # g1 kept for this collect; g2 and g3 start again
+    assert p.complete() == ["g1"]
+    batch = p.collect(1, scripted_decode(calls), version=1)
+    assert batch.non_tensor_batch["min_global_steps"].tolist() == [0]
+
+
+def test_the_stalest_finished_groups_go_first_whatever_their_submission_order():
+    p, calls = pool(), []
+    p.submit(groups([[1], [5]]))
+    p.collect(1, scripted_decode(calls), version=0)  # g0 handed over; g1 drew 2 tokens under version 0
+    p.restart_stale(oldest_allowed=1)  # g1 starts again: its first token will be version 2's
+    p.submit(groups([[3]], first_uid=2))
+    p.rows["g2"][0].versions = [1]  # as if g2 had drawn its first token under version 1
+    p.rows["g2"][0].tokens, p.rows["g2"][0].done = [STOP], True
+    p.rows["g1"][0].versions, p.rows["g1"][0].tokens, p.rows["g1"][0].done = [2], [STOP], True
+    assert p.complete() == ["g2", "g1"]  # g2 drew with version 1, g1 with version 2
 
 
 def test_state_round_trip_resumes_the_same_generations():

@@ -46,12 +46,13 @@ class OffPolicySamplerConfig:
     below this); null = no bound (verl 0.9.1): in colocate_async and streaming separate_async no unfinished
     generation is ever restarted or waited for because of its age"""
     max_off_policy_strategy: str = "drop"
-    """what colocate_async and streaming separate_async do with an unfinished generation whose first token is
-    too old: drop (older than the threshold: it starts again under the current weights,
-    fully_async/count/restarted_groups) | wait (verl's dropless strategy: once it has reached the threshold it
-    is finished with the weights the rollout holds, before the batch is taken, and trained, the oldest complete
-    groups going first; fully_async/count/waited_groups). With a fixed pipeline depth (separate_async without
-    streaming) no sample is ever older than the threshold, and neither acts"""
+    """what colocate_async and streaming separate_async do with a generation whose first token is too old:
+    drop (past the threshold, finished or not: the whole group starts again under the current weights, as verl
+    evicts it; fully_async/count/restarted_groups) | wait (verl's dropless strategy: an unfinished one that has
+    reached the threshold is finished with the weights the rollout holds, before the batch is taken, and
+    trained, the stalest complete groups going first; fully_async/count/waited_groups; finished ones at the
+    threshold beyond one batch start again). With a fixed pipeline depth (separate_async without streaming) no
+    sample is ever older than the threshold, and neither acts"""
 
 
 @dataclass

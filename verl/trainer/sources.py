@@ -21,6 +21,7 @@ exactly what the uninterrupted run did in every mode. Groups are formed by :mod:
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import time
 from collections import deque
@@ -35,6 +36,8 @@ from verl.single_controller.flow import Controller, DataChannel
 from verl.trainer.groups import groups_of, repeat_with_baselines, with_group_ids
 from verl.trainer.plan import StepPlan
 from verl.workers.rollout.base import concat_prompts
+
+logger = logging.getLogger(__name__)
 
 ROLLOUT = "rollout"
 """the role name of the separate rollout workers"""
@@ -398,8 +401,8 @@ class PoolSource(AheadSource):
         )
         if self.strategy == "wait":  # (not verl's: it logs no count of the generations it waited for)
             metrics["fully_async/count/waited_groups"] = float(batch.meta_info.get("waited_groups", 0))
-        else:
-            metrics["fully_async/count/restarted_groups"] = float(batch.meta_info.get("restarted_groups", 0))
+        # (wait: those finished beyond one batch at the bound, which the next batch could not take in time)
+        metrics["fully_async/count/restarted_groups"] = float(batch.meta_info.get("restarted_groups", 0))
         return metrics
 
     def _before_sync(self, flow: Controller, step: int) -> None:
@@ -449,12 +452,14 @@ def source_for(config: Any, plan: StepPlan) -> BatchSource:
     )
     if v1.trainer_mode == "colocate_async":  # verl's: num_warmup_batches more batches in flight (1.5: 1.5 x)
         extra = math.floor(v1.colocate_async.num_warmup_batches * size)
+        _warn_if_carried_over_is_dropped(v1.sampler, lag=0)
         return PoolSource(extra=extra, partial_rollout=True, colocated=True, **pool)
     if v1.trainer_mode != "separate_async":
         return SyncSource()
     ahead, extra = warmup_window(v1.separate_async.num_warmup_batches, size)
     if fully.staleness_threshold <= 0:
         return AheadSource(ahead, extra)
+    _warn_if_carried_over_is_dropped(v1.sampler, lag=ahead)
     return PoolSource(
         extra=extra + math.ceil(fully.staleness_threshold * size),
         partial_rollout=bool(fully.partial_rollout),
@@ -468,6 +473,21 @@ def warmup_window(batches: float, size: int) -> tuple[int, int]:
     all, as verl's asynchronous trainers fetch them one prompt at a time (1.5 x 4: one batch and 2 prompts)."""
     whole = math.floor(batches)
     return whole, math.floor(batches * size) - whole * size
+
+
+def _warn_if_carried_over_is_dropped(sampler: Any, lag: int) -> None:
+    """A pool ``lag`` versions behind the trainer trains a generation carried over a batch (finished early, or
+    still running) with a span of at least ``lag`` + 2 versions: under a smaller bound, ``drop`` starts every
+    such generation again, and the pool's extra prompts only generate to be thrown away. (``wait`` is refused
+    there at start-up: it cannot hold such a bound.)"""
+    bound = sampler.max_off_policy_threshold
+    if sampler.max_off_policy_strategy == "drop" and bound is not None and bound < lag + 2:
+        logger.warning(
+            "trainer.v1.sampler.max_off_policy_threshold=%d: every generation the pool carries over a batch "
+            "trains with a span of at least %d versions, so each is started again and its tokens thrown away "
+            "(fully_async/count/restarted_groups); a threshold of %d or more trains them",
+            bound, lag + 2, lag + 2,
+        )  # fmt: skip
 
 
 NO_BOUND = 2**31

@@ -134,14 +134,21 @@ class AgentPool:
             self.rows[uid] = [_Trajectory() for _ in idx]
 
     def complete(self) -> list[str]:
-        """The groups whose every loop has returned, oldest first."""
-        return [uid for uid, rows in self.rows.items() if all(r.output is not None for r in rows)]
+        """The groups whose every loop has returned, stalest first (the oldest weights that drew a token; then
+        the order they were submitted in): a collect hands these over first."""
+        done = [uid for uid, rows in self.rows.items() if all(r.output is not None for r in rows)]
+        return sorted(done, key=self.first_version)
+
+    def first_version(self, uid: str) -> float:
+        """The oldest policy version that drew a token of this group (inf: none drawn yet)."""
+        firsts = [turn.versions[0] for r in self.rows[uid] for turn in r.turns if turn.versions]
+        return min(firsts, default=float("inf"))
 
     # ------------------------------------------------------------------ generation
 
     def collect(self, num_groups: int, decode: Decode, version: int) -> DataProto:
         """Run the loops and decode their turns until ``num_groups`` groups are complete; remove and return the
-        oldest complete ones (fewer only when the pool holds fewer groups)."""
+        stalest complete ones (fewer only when the pool holds fewer groups)."""
         num_groups = min(num_groups, len(self.rows))
         self._settle()
         while len(self.complete()) < num_groups:
@@ -156,14 +163,12 @@ class AgentPool:
             self._decode(decode, version, need=None, only=started)
             self._settle()
 
-    def stale(self, oldest_allowed: int) -> list[str]:
-        """The unfinished groups with a token drawn by weights older than ``oldest_allowed``."""
-        return [
-            uid
-            for uid, rows in self.rows.items()
-            if any(r.output is None for r in rows)
-            and any(turn.versions and turn.versions[0] < oldest_allowed for r in rows for turn in r.turns)
-        ]
+    def stale(self, oldest_allowed: int, finished: bool = False) -> list[str]:
+        """The unfinished groups (``finished``: the complete ones, stalest first) with a token drawn by weights
+        older than ``oldest_allowed``."""
+        complete = self.complete()
+        groups = complete if finished else [uid for uid in self.rows if uid not in set(complete)]
+        return [uid for uid in groups if self.first_version(uid) < oldest_allowed]
 
     def finish_stale(self, oldest_allowed: int, decode: Decode, version: int) -> int:
         """verl's ``max_off_policy_strategy=wait``: run the loops of the unfinished groups with a token drawn by
@@ -176,10 +181,11 @@ class AgentPool:
             self._settle()
         return len(stale)
 
-    def restart_stale(self, oldest_allowed: int) -> int:
-        """Start again (under the current weights) the unfinished groups with a token drawn by weights older
-        than ``oldest_allowed``; their loops are cancelled (their tools released). Returns how many."""
-        stale = self.stale(oldest_allowed)
+    def restart_stale(self, oldest_allowed: int, keep: int = 0) -> int:
+        """Start again (under the current weights) the groups, finished or not, with a token drawn by weights
+        older than ``oldest_allowed``, but the ``keep`` stalest finished ones (the collect about to run trains
+        them); the loops still running are cancelled (their tools released). Returns how many."""
+        stale = self.stale(oldest_allowed) + self.stale(oldest_allowed, finished=True)[keep:]
         for uid in stale:
             self._cancel([key for key in self._running if key[0] == uid])
             self.rows[uid] = [_Trajectory() for _ in self.rows[uid]]

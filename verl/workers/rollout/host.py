@@ -365,18 +365,20 @@ class RolloutHost:
     ) -> DataProto:
         """The first ``num_groups`` groups of the pool to finish, generating with the weights held now: the
         batch of RL step ``train_step``. ``strategy`` (verl's ``max_off_policy_strategy``): ``drop`` first
-        starts again the unfinished generations whose first token is more than ``max_staleness`` versions older
-        than that step's policy; ``wait`` instead first finishes, with the weights held now, those that have
-        reached ``max_staleness`` (by the next collect they would be past it), so they are trained, not
-        restarted."""
+        starts again the groups, finished or not, whose first token is more than ``max_staleness`` versions
+        older than that step's policy; ``wait`` instead first finishes, with the weights held now, those that
+        have reached ``max_staleness`` (by the next collect they would be past it), so they are trained, not
+        restarted. The stalest finished groups are handed over first."""
         start = time.perf_counter()
         idle = 0.0 if self._idle_from is None else start - self._idle_from
         version = self.pool_version(train_step)
         counts: dict[str, int] = {}
         if strategy == "wait":
-            counts["waited_groups"] = self.pool.finish_stale(
-                train_step - max_staleness, self._decode, version
-            )
+            # those at the bound are finished now and handed over first; any beyond one batch of them would
+            # be past it at the next collect, so they start again (the bound holds either way)
+            reached = train_step - max_staleness
+            counts["waited_groups"] = self.pool.finish_stale(reached, self._decode, version)
+            counts["restarted_groups"] = self.pool.restart_stale(reached, keep=num_groups)
         else:
             counts["restarted_groups"] = self.pool.restart_stale(
                 oldest_allowed=train_step - 1 - max_staleness

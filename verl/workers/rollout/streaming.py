@@ -2,7 +2,7 @@
 
 The rollout holds a pool of generations: groups of prompts handed to it, each row's tokens so far, and
 groups finished but not yet trained. :meth:`StreamingPool.collect` decodes every unfinished row together
-until ``num_groups`` groups are complete and hands over the oldest complete ones; the rows still running
+until ``num_groups`` groups are complete and hands over the stalest complete ones; the rows still running
 stay in the pool. A batch therefore never waits for the slowest responses of its prompts: they are
 finished later, and trained in a later step (AReaL's and verl's fully-async trainer's streaming).
 
@@ -106,8 +106,14 @@ class StreamingPool:
             self.rows[uid] = [_Row(groups.batch["input_ids"][i][mask[i]].tolist()) for i in idx]
 
     def complete(self) -> list[str]:
-        """The groups whose every row is finished, oldest first."""
-        return [uid for uid, rows in self.rows.items() if all(r.done for r in rows)]
+        """The groups whose every row is finished, stalest first (the oldest weights that drew a token; then
+        the order they were submitted in): a collect hands these over first."""
+        done = [uid for uid, rows in self.rows.items() if all(r.done for r in rows)]
+        return sorted(done, key=self.first_version)
+
+    def first_version(self, uid: str) -> float:
+        """The oldest policy version that drew a token of this group (inf: none drawn yet)."""
+        return min((r.versions[0] for r in self.rows[uid] if r.versions), default=float("inf"))
 
     def running(self) -> list[tuple[str, int]]:
         """(group, row) of every unfinished row, oldest first."""
@@ -116,7 +122,7 @@ class StreamingPool:
     # ------------------------------------------------------------------ generation
 
     def collect(self, num_groups: int, decode: Decode, version: int) -> DataProto:
-        """Decode until ``num_groups`` groups are complete, then remove and return the oldest complete ones
+        """Decode until ``num_groups`` groups are complete, then remove and return the stalest complete ones
         (fewer only when the pool holds fewer groups)."""
         num_groups = min(num_groups, len(self.rows))
         while len(self.complete()) < num_groups:
@@ -129,20 +135,19 @@ class StreamingPool:
             started = {uid for uid, i in self.running() if self.rows[uid][i].tokens}
             self._decode(decode, version, need=None, only=started)
 
-    def stale(self, oldest_allowed: int) -> list[str]:
-        """The unfinished groups with a row whose first token was drawn before version ``oldest_allowed``."""
-        return [
-            uid
-            for uid, rows in self.rows.items()
-            if not all(r.done for r in rows)
-            and any(r.versions and r.versions[0] < oldest_allowed for r in rows)
-        ]
+    def stale(self, oldest_allowed: int, finished: bool = False) -> list[str]:
+        """The unfinished groups (``finished``: the complete ones, stalest first) with a token drawn by weights
+        older than version ``oldest_allowed``."""
+        complete = self.complete()
+        groups = complete if finished else [uid for uid in self.rows if uid not in set(complete)]
+        return [uid for uid in groups if self.first_version(uid) < oldest_allowed]
 
-    def restart_stale(self, oldest_allowed: int) -> int:
-        """Drop what unfinished groups drew with weights older than ``oldest_allowed`` (they start again,
-        under the current weights): verl's ``max_off_policy_strategy=drop``. Finished groups are kept: the
-        oldest are handed over first. Returns how many groups started again."""
-        stale = self.stale(oldest_allowed)
+    def restart_stale(self, oldest_allowed: int, keep: int = 0) -> int:
+        """Drop what groups drew with weights older than ``oldest_allowed``, finished or not (they start again,
+        under the current weights): verl's ``max_off_policy_strategy=drop``, which evicts the whole group. The
+        ``keep`` stalest finished ones are spared: the collect about to run trains them. Returns how many
+        groups started again."""
+        stale = self.stale(oldest_allowed) + self.stale(oldest_allowed, finished=True)[keep:]
         for uid in stale:
             self.rows[uid] = [_Row(r.prompt_ids) for r in self.rows[uid]]
         self.restarted += len(stale)
