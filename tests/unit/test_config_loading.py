@@ -83,7 +83,7 @@ def test_every_recipe_loads() -> None:
             load_config(name, ["model.path=m", "data.train_files=t.parquet"], schema=SFTConfig)
         elif name == "grpo_verl":  # verl's defaults for the user's model: it must be given
             load_config(name, ["actor_rollout_ref.model.path=m"])
-        elif name == "distill_arithmetic":  # the teacher is the user's to give
+        elif name.startswith("distill"):  # the teacher is the user's to give
             load_config(name, ["distillation.teacher_models.teacher_model.model_path=t"])
         else:
             load_config(name)

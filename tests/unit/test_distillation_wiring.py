@@ -263,3 +263,13 @@ def test_the_distillation_recipe_needs_its_teacher_named():
     assert cfg.distillation.enabled and cfg.distillation.distillation_loss.loss_mode == "k3"
     assert cfg.distillation.distillation_loss.use_task_rewards is False and cfg[ARR].model.lora_rank == 0
     assert cfg.prepare.tiny_model == load_config("grpo").prepare.tiny_model  # the demo's own starting model
+
+
+def test_the_smollm2_distillation_recipe_is_the_rl_recipes_student_and_batch():
+    with pytest.raises(ConfigError, match="distillation.teacher_models.teacher_model.model_path must be set"):
+        load_config("distill_smollm2")
+    cfg = load_config("distill_smollm2", ["distillation.teacher_models.teacher_model.model_path=/teacher"])
+    rl = load_config("smollm2_arithmetic")
+    assert cfg.distillation.enabled and cfg.distillation.distillation_loss.use_task_rewards is False
+    assert cfg.prepare == rl.prepare and cfg[ARR].model.lora_rank == rl[ARR].model.lora_rank == 16
+    assert (cfg.data.train_batch_size, cfg[ARR].rollout.n) == (rl.data.train_batch_size, rl[ARR].rollout.n)
