@@ -13,7 +13,8 @@ from tests.unit.test_agent_pool import ToolTurns, agent_pool
 from tests.unit.test_agent_pool import scripted_decode as agent_decode
 from tests.unit.test_streaming_pool import groups, pool, scripted_decode
 from verl.config import ConfigError, load_config
-from verl.trainer.sources import AheadSource, PoolSource, source_for, warmup_window
+from verl.trainer.pool_source import PoolSource, source_for, warmup_window
+from verl.trainer.sources import AheadSource
 
 SEPARATE = ("trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.parameter_sync_step=null")
 BATCH_OF_4 = ("data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4")
@@ -117,10 +118,10 @@ def test_prompt_batches_of_different_widths_are_stacked_left_padded_to_the_wides
 def test_a_window_crossing_two_batches_of_different_widths_takes_its_prompts():
     from collections import deque
 
-    from verl.trainer.sources import _take_prompts
+    from verl.trainer.sources import take_prompts
 
     queued = deque([_prompts([[5, 6], [7, 8]]), _prompts([[1, 2, 3], [4, 5, 6]])])
-    taken = _take_prompts(queued, 3)  # the first batch whole and one row of the next, 1 token wider
+    taken = take_prompts(queued, 3)  # the first batch whole and one row of the next, 1 token wider
     assert taken.batch["input_ids"].tolist() == [[0, 5, 6], [0, 7, 8], [1, 2, 3]]
     assert len(queued) == 1 and queued[0].batch["input_ids"].tolist() == [[4, 5, 6]]
 

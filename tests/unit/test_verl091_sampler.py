@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from verl.config import load_config
+from verl.trainer.pool_source import NO_BOUND, PoolSource, source_for
 from verl.trainer.ppo.checkpoint_callback import CheckpointCallbackError
 from verl.trainer.rl_trainer import RLTrainer
-from verl.trainer.sources import NO_BOUND, PoolSource, source_for
 
 CALLBACK = """
 from pathlib import Path

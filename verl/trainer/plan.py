@@ -71,7 +71,7 @@ class StepPlan:
     log-prob only (the estimator losses)"""
     source: Any = field(default=None, compare=False, repr=False)
     """the :class:`verl.trainer.sources.BatchSource` the step takes its batch from, chosen by the trainer mode
-    (``verl.trainer.sources.source_for``; None: generate now)"""
+    (``verl.trainer.pool_source.source_for``; None: generate now)"""
 
     @classmethod
     def from_config(cls, config: TrainerConfig, sizes: DerivedSizes, total_steps: int) -> StepPlan:

@@ -49,11 +49,12 @@ from verl.trainer.metrics import (
     reward_extra_metrics,
 )
 from verl.trainer.plan import StepPlan
+from verl.trainer.pool_source import source_for
 from verl.trainer.ppo.checkpoint_callback import build_checkpoint_callback, notify_saved
 from verl.trainer.prepare import check_inputs
 from verl.trainer.run_dir import VALIDATION_DIR, RunDirectory, RunPlan, write_run_config
 from verl.trainer.seed_api import apply_seed_arguments
-from verl.trainer.sources import ROLLOUT, SyncSource, source_for
+from verl.trainer.sources import ROLLOUT, SyncSource
 from verl.trainer.step import StepFn
 from verl.utils.checkpoint import rng_state, set_rng_state
 from verl.utils.heap import TRIM_EVERY_STEPS, release_free_heap
