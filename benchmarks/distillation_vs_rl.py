@@ -16,7 +16,7 @@
     python benchmarks/distillation_vs_rl.py                                     # the full comparison (long)
     python benchmarks/distillation_vs_rl.py --teacher-steps 4 --budget-s 10 --points 2 --seeds 1 \\
         --calibrate-steps 2 --json /tmp/check.json                               # a check that it runs
-    python benchmarks/distillation_vs_rl.py --task smollm2 --teacher-steps 25 --budget-s 300 --points 3 \
+    python benchmarks/distillation_vs_rl.py --task smollm2 --teacher-seed 3 --budget-s 300 --points 3 \\
         --calibrate-steps 3                                                       # SmolLM2 + LoRA
 
 Run it on an idle machine: the budget is wall time. Everything it builds goes under ``--work`` (default
@@ -87,7 +87,10 @@ def teacher(work: Path, recipe: str, steps: int | None, seed: int, fresh: bool) 
     if not (evaluated / "metrics.jsonl").exists():
         verl("run", "--config", recipe, *common(evaluated, seed), f"actor_rollout_ref.model.path={exported}",
              "trainer.val_only=true")  # fmt: skip
-    return exported, held_out(records(evaluated)[-1])
+    acc = held_out(records(evaluated)[-1])
+    if acc is None:
+        raise RuntimeError(f"the teacher's evaluation in {evaluated} logged no val-core/*/acc/mean@1")
+    return exported, acc
 
 
 # ------------------------------------------------------------------------------------------------ the students

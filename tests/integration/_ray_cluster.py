@@ -58,18 +58,18 @@ class LocalRayCluster:
     def _ray_start(self, name: str, *args: str) -> int:
         """``ray start`` in a session of its own; its daemons stay in that session, whose id (the pid of
         ``ray start``) is returned: what names this node's processes, whatever else runs on the machine."""
-        command = [
-            sys.executable, "-m", "ray.scripts.scripts", "start", "--node-ip-address=127.0.0.1",
-            f"--num-cpus={self.cpus_per_node}", f"--resources={json.dumps({f'verl_{name}': 1})}",
-            f"--temp-dir={self.temp_dir}", "--object-store-memory=300000000", "--disable-usage-stats",
-            # ports of their own: Ray's fixed defaults (52365 for the job agent...) may be held by another Ray
-            # instance on this machine, and then the node runs without the agent that runs jobs
-            f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}",
-            f"--metrics-export-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}", *args,
-        ]  # fmt: skip
         env = self.env()
         env.pop("RAY_ADDRESS")
-        for attempt in (1, 2):
+        for _attempt in range(2):
+            command = [
+                sys.executable, "-m", "ray.scripts.scripts", "start", "--node-ip-address=127.0.0.1",
+                f"--num-cpus={self.cpus_per_node}", f"--resources={json.dumps({f'verl_{name}': 1})}",
+                f"--temp-dir={self.temp_dir}", "--object-store-memory=300000000", "--disable-usage-stats",
+                # ports of their own: Ray's fixed defaults (52365 for the job agent...) may be held by another
+                # Ray instance on this machine, and then the node runs without the agent that runs jobs
+                f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}",
+                f"--metrics-export-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}", *args,
+            ]  # fmt: skip
             process = subprocess.Popen(
                 command,
                 env=env,
@@ -78,14 +78,18 @@ class LocalRayCluster:
                 text=True,
                 start_new_session=True,
             )
-            stdout, stderr = process.communicate(timeout=180)
+            try:
+                stdout, stderr = process.communicate(timeout=180)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                stdout, stderr = process.communicate()
             if process.returncode == 0:
                 return process.pid
+            self._kill_session(process.pid)  # whatever daemons it started: none is left behind
             # Ray waits a fixed 30 s for a new raylet to register: on a loaded 2-core machine that can pass
-            # (seen once in CI with another job running). Its daemons are killed and it is started once more.
-            if attempt == 2 or "timed out during startup" not in stderr:
+            # (seen in CI with another job running), and the node is started once more.
+            if "timed out during startup" not in stdout + stderr:
                 break
-            self._kill_session(process.pid)
         raise RuntimeError(f"ray start ({name}) failed:\n{stdout}\n{stderr}")
 
     def start(self) -> LocalRayCluster:
@@ -129,13 +133,19 @@ class LocalRayCluster:
         self._kill_session(self.sessions.pop(name))
 
     @staticmethod
-    def _kill_session(session: int) -> None:
+    def _kill_session(session: int, timeout: float = 30) -> None:
+        """SIGKILL every process of a session, and wait until none is left (their ports free again)."""
         # By session, not process group: Ray puts each worker process in a process group of its own.
-        for pid in _pids_where(lambda pid: os.getsid(pid) == session):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        deadline = time.monotonic() + timeout
+        while pids := _pids_where(lambda pid: os.getsid(pid) == session and not _is_zombie(pid)):
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
 
     def client_json(self, expression: str, imports: str = "") -> Any:
         """``expression`` evaluated by a client of the cluster (a process of its own), as JSON."""
@@ -180,6 +190,11 @@ def _pids_where(test) -> list[int]:
         except OSError:  # the process ended meanwhile
             pass
     return pids
+
+
+def _is_zombie(pid: int) -> bool:
+    """Ended, not yet reaped by its parent: it holds no port any more."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
 
 
 def _is_raylet(pid: int) -> bool:

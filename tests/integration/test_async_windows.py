@@ -165,7 +165,7 @@ def test_drop_evicts_a_finished_group_past_the_bound(ragged_model_dir, arithmeti
     of 2 every generation carried over a batch of this pool (one version behind) would train with a span of
     3: each starts again, with a warning at start-up, and the bound holds on every step."""
     out = tmp_path / "drop"
-    with caplog.at_level("WARNING", logger="verl.trainer.sources"):
+    with caplog.at_level("WARNING", logger="verl.trainer.pool_source"):
         run(
             ragged_model_dir, arithmetic_files, out, *RAGGED, SEPARATE, "async_training.staleness_threshold=1.0",
             "trainer.v1.sampler.max_off_policy_threshold=2", steps=6,

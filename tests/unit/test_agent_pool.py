@@ -198,14 +198,14 @@ def test_restart_stale_cancels_the_loops_and_releases_their_tools():
     }  # everything drawn again, under version 2
 
 
-def test_restart_stale_evicts_a_finished_group_past_the_bound_unless_kept():
+def test_restart_stale_evicts_a_finished_group_past_the_bound():
     p = agent_pool()
     p.submit(groups([[1], [1], [6]]))
     p.collect(1, scripted_decode([]), version=0)  # g0 handed over; g1 finished in the same call; g2 cut
     p.finish_started(scripted_decode([]), version=0)  # g2 finished too
-    assert p.stale(1, finished=True) == ["g1", "g2"]
-    assert p.restart_stale(oldest_allowed=1, keep=1) == 1  # g1 kept for the collect about to run
-    assert p.complete() == ["g1"] and not p.rows["g2"][0].started
+    assert p.stale(1, finished=True) == ["g1", "g2"] and p.stale(1) == []
+    assert p.restart_stale(oldest_allowed=1) == 2  # their loops have returned: nothing to cancel
+    assert p.complete() == [] and not p.rows["g1"][0].started and not p.rows["g2"][0].started
 
 
 def test_finish_started_completes_every_started_trajectory_and_leaves_the_unstarted():

@@ -149,15 +149,16 @@ def test_restart_stale_drops_what_an_old_policy_drew_finished_or_not():
     assert p.restarted == 2
 
 
-def test_restart_stale_spares_the_stalest_finished_groups_the_next_collect_trains():
+def test_a_finished_group_waiting_past_the_bound_is_evicted_and_the_rest_go_stalest_first():
     p, calls = pool(), []
     p.submit(groups([[1], [1], [1], [9]]))
     p.collect(1, scripted_decode(calls), version=0)  # g0 handed over; g1, g2 finished with it; g3 running
     p.submit(groups([[1]], first_uid=4))  # nothing drawn yet: never stale
-    assert p.restart_stale(oldest_allowed=1, keep=1) == 2  # g1 kept for this collect; g2 and g3 start again
-    assert p.complete() == ["g1"]
-    batch = p.collect(1, scripted_decode(calls), version=1)
-    assert batch.non_tensor_batch["min_global_steps"].tolist() == [0]
+    assert p.restart_stale(oldest_allowed=0) == 0  # version 0 is allowed
+    batch = p.collect(1, scripted_decode(calls), version=1)  # g1, the stalest finished, goes first
+    assert batch.non_tensor_batch["uid"].tolist() == ["g1"]
+    assert p.restart_stale(oldest_allowed=1) == 2  # g2 waited past the bound, g3 is running from version 0
+    assert p.complete() == [] and not p.rows["g2"][0].done
 
 
 def test_the_stalest_finished_groups_go_first_whatever_their_submission_order():

@@ -167,7 +167,8 @@ class AgentPool:
         """The unfinished groups (``finished``: the complete ones, stalest first) with a token drawn by weights
         older than ``oldest_allowed``."""
         complete = self.complete()
-        groups = complete if finished else [uid for uid in self.rows if uid not in set(complete)]
+        done = set(complete)
+        groups = complete if finished else [uid for uid in self.rows if uid not in done]
         return [uid for uid in groups if self.first_version(uid) < oldest_allowed]
 
     def finish_stale(self, oldest_allowed: int, decode: Decode, version: int) -> int:
@@ -181,11 +182,11 @@ class AgentPool:
             self._settle()
         return len(stale)
 
-    def restart_stale(self, oldest_allowed: int, keep: int = 0) -> int:
+    def restart_stale(self, oldest_allowed: int) -> int:
         """Start again (under the current weights) the groups, finished or not, with a token drawn by weights
-        older than ``oldest_allowed``, but the ``keep`` stalest finished ones (the collect about to run trains
-        them); the loops still running are cancelled (their tools released). Returns how many."""
-        stale = self.stale(oldest_allowed) + self.stale(oldest_allowed, finished=True)[keep:]
+        older than ``oldest_allowed``; the loops still running are cancelled (their tools released). Returns how
+        many."""
+        stale = self.stale(oldest_allowed) + self.stale(oldest_allowed, finished=True)
         for uid in stale:
             self._cancel([key for key in self._running if key[0] == uid])
             self.rows[uid] = [_Trajectory() for _ in self.rows[uid]]

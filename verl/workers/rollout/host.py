@@ -368,20 +368,17 @@ class RolloutHost:
         starts again the groups, finished or not, whose first token is more than ``max_staleness`` versions
         older than that step's policy; ``wait`` instead first finishes, with the weights held now, those that
         have reached ``max_staleness`` (by the next collect they would be past it), so they are trained, not
-        restarted. The stalest finished groups are handed over first."""
+        restarted (those finished beyond one batch start again at the next collect, past the bound then). The
+        stalest finished groups are handed over first."""
         start = time.perf_counter()
         idle = 0.0 if self._idle_from is None else start - self._idle_from
         version = self.pool_version(train_step)
         counts: dict[str, int] = {}
-        if strategy == "wait":
-            # those at the bound are finished now and handed over first; any beyond one batch of them would
-            # be past it at the next collect, so they start again (the bound holds either way)
-            reached = train_step - max_staleness
-            counts["waited_groups"] = self.pool.finish_stale(reached, self._decode, version)
-            counts["restarted_groups"] = self.pool.restart_stale(reached, keep=num_groups)
-        else:
-            counts["restarted_groups"] = self.pool.restart_stale(
-                oldest_allowed=train_step - 1 - max_staleness
+        # past the bound: with wait, only finished groups left over a batch after they reached it
+        counts["restarted_groups"] = self.pool.restart_stale(oldest_allowed=train_step - 1 - max_staleness)
+        if strategy == "wait":  # those that reached it are finished now, and handed over first
+            counts["waited_groups"] = self.pool.finish_stale(
+                train_step - max_staleness, self._decode, version
             )
         output = self.pool.collect(num_groups, self._decode, version)
         output.meta_info.update(rollout_idle_s=idle, pool_groups=len(self.pool), **counts)

@@ -139,15 +139,15 @@ class StreamingPool:
         """The unfinished groups (``finished``: the complete ones, stalest first) with a token drawn by weights
         older than version ``oldest_allowed``."""
         complete = self.complete()
-        groups = complete if finished else [uid for uid in self.rows if uid not in set(complete)]
+        done = set(complete)
+        groups = complete if finished else [uid for uid in self.rows if uid not in done]
         return [uid for uid in groups if self.first_version(uid) < oldest_allowed]
 
-    def restart_stale(self, oldest_allowed: int, keep: int = 0) -> int:
+    def restart_stale(self, oldest_allowed: int) -> int:
         """Drop what groups drew with weights older than ``oldest_allowed``, finished or not (they start again,
-        under the current weights): verl's ``max_off_policy_strategy=drop``, which evicts the whole group. The
-        ``keep`` stalest finished ones are spared: the collect about to run trains them. Returns how many
-        groups started again."""
-        stale = self.stale(oldest_allowed) + self.stale(oldest_allowed, finished=True)[keep:]
+        under the current weights): verl's ``max_off_policy_strategy=drop``, which evicts the whole group.
+        Returns how many groups started again."""
+        stale = self.stale(oldest_allowed) + self.stale(oldest_allowed, finished=True)
         for uid in stale:
             self.rows[uid] = [_Row(r.prompt_ids) for r in self.rows[uid]]
         self.restarted += len(stale)
