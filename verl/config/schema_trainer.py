@@ -50,8 +50,8 @@ class OffPolicySamplerConfig:
     drop (past the threshold, finished or not: the whole group starts again under the current weights, as verl
     evicts it; fully_async/count/restarted_groups) | wait (verl's dropless strategy: an unfinished one that has
     reached the threshold is finished with the weights the rollout holds, before the batch is taken, and
-    trained, the stalest complete groups going first; fully_async/count/waited_groups; finished ones at the
-    threshold beyond one batch start again). With a fixed pipeline depth (separate_async without streaming) no
+    trained, the stalest complete groups going first; fully_async/count/waited_groups; finished ones left over
+    a batch after they reached it start again at the next collect). With a fixed pipeline depth (separate_async without streaming) no
     sample is ever older than the threshold, and neither acts"""
 
 

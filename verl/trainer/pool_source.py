@@ -35,12 +35,12 @@ class PoolSource(AheadSource):
     verl's fully-async trainer lets the rollout generate up to (1 + staleness_threshold) x the prompts of a
     weight-sync window. Here the rollout's pool holds, besides the batches it generates ahead, ``extra``
     = ceil(staleness_threshold x train_batch_size) more prompts, and each batch is the first
-    ``train_batch_size`` groups of the pool to finish (oldest first), not a fixed set of prompts: the
+    ``train_batch_size`` groups of the pool to finish (stalest first), not a fixed set of prompts: the
     slowest generations are left running and trained in a later step. With ``partial_rollout`` they go on
     under the new weights (each token's version recorded); without it they are finished under their old
-    weights before the rollout takes the new ones. An unfinished generation whose first token is older than
-    ``max_staleness`` versions starts again (``strategy`` drop), or is finished first and trained once it has
-    reached that age (wait: verl's dropless strategy). Every prompt of the data order is trained exactly once::
+    weights before the rollout takes the new ones. A group whose first token is older than ``max_staleness``
+    versions, finished or not, starts again (``strategy`` drop); with wait (verl's dropless strategy) an
+    unfinished one is finished first and trained once it has reached that age. Every prompt of the data order is trained exactly once::
 
         step s:  rollout <- submit prompts up to batch s+W plus `extra`     (W = ``ahead``)
                  rollout <- collect(the first train_batch_size groups)      (batch s+W)
@@ -144,7 +144,7 @@ class PoolSource(AheadSource):
         )
         if self.strategy == "wait":  # (not verl's: it logs no count of the generations it waited for)
             metrics["fully_async/count/waited_groups"] = float(batch.meta_info.get("waited_groups", 0))
-        # (wait: those finished beyond one batch at the bound, which the next batch could not take in time)
+        # (wait: finished groups left over a batch after they reached the bound, past it by the next collect)
         metrics["fully_async/count/restarted_groups"] = float(batch.meta_info.get("restarted_groups", 0))
         return metrics
 

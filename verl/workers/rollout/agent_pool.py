@@ -49,7 +49,7 @@ from verl.workers.rollout.base import (
     concat_prompts,
     with_prompt_fields,
 )
-from verl.workers.rollout.streaming import Decode, StreamingPool, _Row, enough_when
+from verl.workers.rollout.streaming import Decode, StalenessOrder, StreamingPool, _Row, enough_when
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class _Running:
     """set while the loop waits for the turn ``turns[answered - 1]``"""
 
 
-class AgentPool:
+class AgentPool(StalenessOrder):
     """Agent-loop trajectories in flight on the rollout, by group, oldest first: the interface of
     :class:`~verl.workers.rollout.streaming.StreamingPool` (submit, collect, finish_started, restart_stale,
     finish_stale, state_dict), whose decode step it uses for the turns."""
@@ -133,14 +133,10 @@ class AgentPool:
             self.prompts[uid] = groups.select_idxs(idx)
             self.rows[uid] = [_Trajectory() for _ in idx]
 
-    def complete(self) -> list[str]:
-        """The groups whose every loop has returned, stalest first (the oldest weights that drew a token; then
-        the order they were submitted in): a collect hands these over first."""
-        done = [uid for uid, rows in self.rows.items() if all(r.output is not None for r in rows)]
-        return sorted(done, key=self.first_version)
+    def _group_complete(self, uid: str) -> bool:
+        return all(r.output is not None for r in self.rows[uid])  # every loop has returned
 
     def first_version(self, uid: str) -> float:
-        """The oldest policy version that drew a token of this group (inf: none drawn yet)."""
         firsts = [turn.versions[0] for r in self.rows[uid] for turn in r.turns if turn.versions]
         return min(firsts, default=float("inf"))
 
@@ -162,14 +158,6 @@ class AgentPool:
         while started := {uid for uid, i in self._waiting() if self.rows[uid][i].started}:
             self._decode(decode, version, need=None, only=started)
             self._settle()
-
-    def stale(self, oldest_allowed: int, finished: bool = False) -> list[str]:
-        """The unfinished groups (``finished``: the complete ones, stalest first) with a token drawn by weights
-        older than ``oldest_allowed``."""
-        complete = self.complete()
-        done = set(complete)
-        groups = complete if finished else [uid for uid in self.rows if uid not in done]
-        return [uid for uid in groups if self.first_version(uid) < oldest_allowed]
 
     def finish_stale(self, oldest_allowed: int, decode: Decode, version: int) -> int:
         """verl's ``max_off_policy_strategy=wait``: run the loops of the unfinished groups with a token drawn by

@@ -60,7 +60,35 @@ class _Row:
     """at most this many tokens (None: the pool's ``max_new_tokens``; an agent loop's turn asks for fewer)"""
 
 
-class StreamingPool:
+class StalenessOrder:
+    """What both pools (this one and the agent loops' :class:`~verl.workers.rollout.agent_pool.AgentPool`)
+    order and bound by: a group's age is the oldest policy version that drew one of its tokens
+    (:meth:`first_version`). A pool says which groups are complete (``_group_complete``)."""
+
+    rows: dict[str, list[Any]]
+
+    def _group_complete(self, uid: str) -> bool:
+        raise NotImplementedError
+
+    def first_version(self, uid: str) -> float:
+        """The oldest policy version that drew a token of this group (inf: none drawn yet)."""
+        raise NotImplementedError
+
+    def complete(self) -> list[str]:
+        """The complete groups, stalest first (then the order they were submitted in): a collect hands these
+        over first."""
+        return sorted((uid for uid in self.rows if self._group_complete(uid)), key=self.first_version)
+
+    def stale(self, oldest_allowed: int, finished: bool = False) -> list[str]:
+        """The unfinished groups (``finished``: the complete ones, stalest first) with a token drawn by weights
+        older than version ``oldest_allowed``."""
+        complete = self.complete()
+        done = set(complete)
+        groups = complete if finished else [uid for uid in self.rows if uid not in done]
+        return [uid for uid in groups if self.first_version(uid) < oldest_allowed]
+
+
+class StreamingPool(StalenessOrder):
     """Generations in flight on the rollout, by group (a prompt's ``n`` rows), oldest first."""
 
     def __init__(
@@ -105,14 +133,10 @@ class StreamingPool:
             self.prompts[uid] = groups.select_idxs(idx)
             self.rows[uid] = [_Row(groups.batch["input_ids"][i][mask[i]].tolist()) for i in idx]
 
-    def complete(self) -> list[str]:
-        """The groups whose every row is finished, stalest first (the oldest weights that drew a token; then
-        the order they were submitted in): a collect hands these over first."""
-        done = [uid for uid, rows in self.rows.items() if all(r.done for r in rows)]
-        return sorted(done, key=self.first_version)
+    def _group_complete(self, uid: str) -> bool:
+        return all(r.done for r in self.rows[uid])
 
     def first_version(self, uid: str) -> float:
-        """The oldest policy version that drew a token of this group (inf: none drawn yet)."""
         return min((r.versions[0] for r in self.rows[uid] if r.versions), default=float("inf"))
 
     def running(self) -> list[tuple[str, int]]:
@@ -134,14 +158,6 @@ class StreamingPool:
         while any(self.rows[uid][i].tokens for uid, i in self.running()):
             started = {uid for uid, i in self.running() if self.rows[uid][i].tokens}
             self._decode(decode, version, need=None, only=started)
-
-    def stale(self, oldest_allowed: int, finished: bool = False) -> list[str]:
-        """The unfinished groups (``finished``: the complete ones, stalest first) with a token drawn by weights
-        older than version ``oldest_allowed``."""
-        complete = self.complete()
-        done = set(complete)
-        groups = complete if finished else [uid for uid in self.rows if uid not in done]
-        return [uid for uid in groups if self.first_version(uid) < oldest_allowed]
 
     def restart_stale(self, oldest_allowed: int) -> int:
         """Drop what groups drew with weights older than ``oldest_allowed``, finished or not (they start again,
