@@ -233,6 +233,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         lengths=args.lengths,
         step_prompts=args.step_prompts,
         step_micro_batch=args.step_micro_batch,
+        engines=args.engines,
     )
 
 
@@ -376,6 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--lengths", default=None, help="rollout response lengths, comma list (default: 32,128)"
+    )
+    bench.add_argument(
+        "--engines", default=None, help="rollout engines, comma list (default: every installed one)"
     )
     bench.add_argument(
         "--step-prompts",

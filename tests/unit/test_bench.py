@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from verl.bench import BenchSizes, run_bench, run_cli
 from verl.bench.measure import MIN_REPEATS, Case, planned_repeats, run_case
-from verl.bench.models import ModelSpec, prepare_model
+from verl.bench.models import ModelSpec, PreparedModel, prepare_model
 from verl.bench.report import format_table
 from verl.bench.rollout import engines
+from verl.bench.runner import section_cases
 
 # The tests share one bench run (the report fixture, ~40 s): one process (--dist loadfile), sent out first.
 pytestmark = pytest.mark.xdist_group("bench")
@@ -193,6 +196,15 @@ def test_unknown_names_are_refused(capsys):
     assert run_cli("tiny,huge", None, quick=True, json_path=None) == 2
     assert "unknown model huge" in capsys.readouterr().err
     assert run_cli(None, "rollout,nope", quick=True, json_path=None) == 2
+
+
+def test_engines_narrow_the_rollout_cases(capsys):
+    common = dict(data_dir="unused", threads=1, warmup=0, repeats=1, budget_s=1.0)
+    model = PreparedModel("toy", Path("unused"), 0, "not built: cases only")
+    cases = section_cases("rollout", model, replace(SIZES, rollout_engines=("fast",)), common)
+    assert {(c.params["engine"], c.params["batch"]) for c in cases} == {("fast", 1), ("fast", 3)}
+    assert run_cli("tiny", "rollout", quick=True, json_path=None, engines="fast,nope") == 2
+    assert "unknown engine nope" in capsys.readouterr().err
 
 
 def test_planned_repeats_respects_budget_and_minimum():

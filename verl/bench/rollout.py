@@ -3,14 +3,16 @@
 Every engine (the rollout registry's, except the model-free ``dummy``) is built the way the actor worker
 builds it, on the same model, and samples with the recipe's training settings from the same arithmetic
 prompts (vllm: its own engine, started and synchronised with the model's weights during setup, so the start
-is not timed; its KV cache sized to the case). The EOS id handed to the engine is ``vocab_size``, a token no model can emit, so every response
-has exactly the length asked for and all engines do the same work (as ``ignore_eos`` does in vLLM's
-benchmarks); a trained model would otherwise stop after a few tokens and "length 128" would mean nothing.
+is not timed; its KV cache sized to the case). Every engine samples with ``ignore_eos`` (and the EOS id
+handed to it is ``vocab_size``, a token no model can emit), so every response has exactly the length asked
+for and all engines do the same work, as in vLLM's benchmarks; a trained model would otherwise stop after a
+few tokens and "length 128" would mean nothing.
 tokens/s = response tokens (the ``response_mask`` sum) / wall seconds of one ``generate_sequences`` call.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from verl.bench.common import attn_implementation, load_prompts, recipe_config
@@ -34,10 +36,18 @@ def engines() -> list[str]:
     return sorted(names, key=lambda n: n != "hf")
 
 
-def cases(model: str, model_path: str, batches: list[int], lengths: list[int], **common: Any) -> list[Case]:
+def cases(
+    model: str,
+    model_path: str,
+    batches: list[int],
+    lengths: list[int],
+    engine_names: Sequence[str] | None = None,
+    **common: Any,
+) -> list[Case]:
+    """One case per engine (``engine_names``, default every installed one), response length and batch size."""
     return [
         Case("rollout", model, model_path, {"engine": e, "batch": b, "length": n}, **common)
-        for e in engines()
+        for e in (engine_names or engines())
         for n in lengths
         for b in batches
     ]
@@ -50,7 +60,8 @@ def setup(case: Case) -> Prepared:
     vocab_size = model.get_input_embeddings().num_embeddings
     prompts = load_prompts(case.data_dir, tokenizer, params["batch"])
     rollout_cfg = recipe_config().actor_rollout_ref.rollout
-    sampling = SamplingParams.from_config(rollout_cfg, params["length"])
+    # ignore_eos: vLLM would otherwise also stop at the tokenizer's own EOS, which a real model emits
+    sampling = SamplingParams.from_config(rollout_cfg, params["length"], ignore_eos=True)
     engine_cls = get_rollout_class(params["engine"])
     if engine_cls.owns_weights:  # vllm: built and synchronised as the actor worker does (its start is setup)
         max_len = int(prompts.batch["input_ids"].shape[1]) + params["length"]

@@ -42,6 +42,8 @@ class BenchSizes:
 
     rollout_batches: tuple[int, ...] = (1, 16, 64, 256)
     rollout_lengths: tuple[int, ...] = (32, 128)
+    rollout_engines: tuple[str, ...] | None = None
+    """the rollout engines to measure; None: every installed one (``verl.bench.rollout.engines``)"""
     train_sequences: int = 64
     train_max_response_length: int = 128
     train_micro_batch: int = 16
@@ -81,7 +83,12 @@ def section_cases(
     path = str(model.path)
     if section == "rollout":
         return rollout.cases(
-            model.name, path, list(sizes.rollout_batches), list(sizes.rollout_lengths), **common
+            model.name,
+            path,
+            list(sizes.rollout_batches),
+            list(sizes.rollout_lengths),
+            engine_names=sizes.rollout_engines,
+            **common,
         )
     if section == "train":
         return training.cases(
@@ -285,6 +292,7 @@ def run_cli(
     lengths: str | None = None,
     step_prompts: int | None = None,
     step_micro_batch: int | None = None,
+    engines: str | None = None,
 ) -> int:
     """``verl bench``: parse the comma lists, run, return the exit status."""
     sizes = QUICK if quick else FULL
@@ -293,6 +301,8 @@ def run_cli(
             sizes = replace(sizes, rollout_batches=tuple(int(b) for b in batches.split(",")))
         if lengths:
             sizes = replace(sizes, rollout_lengths=tuple(int(n) for n in lengths.split(",")))
+        if engines:
+            sizes = replace(sizes, rollout_engines=tuple(_names(engines, rollout.engines(), "engine")))
         if step_prompts:
             sizes = replace(sizes, step_prompts=step_prompts)
         if step_micro_batch:
