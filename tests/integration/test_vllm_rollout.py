@@ -99,6 +99,15 @@ def engine(model, vllm_ready):
     return engine
 
 
+def test_on_a_cpu_a_groups_samples_can_share_their_prompt(engine):
+    """vLLM's prefix cache shares whole KV blocks only: its CPU default of 128 tokens is longer than a typical
+    RL prompt, so each of a group's n samples would compute the prompt again."""
+    from verl.workers.rollout.vllm import CPU_BLOCK_SIZE
+
+    assert engine.llm.llm_engine.vllm_config.cache_config.block_size == CPU_BLOCK_SIZE == 32
+    assert engine.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching
+
+
 def make_prompts(model, lengths: list[int], seed: int) -> DataProto:
     """Random prompts of the given lengths, left-padded."""
     gen = torch.Generator().manual_seed(seed)
