@@ -89,7 +89,7 @@ def _old_format(change: Any = None):
     numpy arrays and scalars as numpy objects (``change`` edits the state first)."""
 
     def make(tmp: Path, path: Path) -> None:
-        from verl.utils.checkpoint import load_data
+        from verl.utils.checkpoint_data import load_data
 
         state = load_data(path)
         if change is not None:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl.utils.checkpoint import register_data_class
+from verl.utils.checkpoint_data import register_data_class
 
 __all__ = ["DataProto", "DataProtoItem", "pad_dataproto_to_divisor", "unpad_dataproto"]
 
@@ -446,8 +446,8 @@ class DataProto:
 
     def save_to_disk(self, path: str) -> None:
         """Write the batch as data (tensors, numpy arrays as tagged plain values), which
-        :meth:`load_from_disk` reads without unpickling code (`verl.utils.checkpoint.to_data`)."""
-        from verl.utils.checkpoint import to_data
+        :meth:`load_from_disk` reads without unpickling code (`verl.utils.checkpoint_data.to_data`)."""
+        from verl.utils.checkpoint_data import to_data
 
         torch.save(to_data(self), path)
 
@@ -455,7 +455,7 @@ class DataProto:
     def load_from_disk(path: str) -> DataProto:
         """Load a DataProto saved by :meth:`save_to_disk` (or by its older versions, which pickled it whole)
         as data only: a file whose pickle would run code is refused (an InputError), nothing in it runs."""
-        from verl.utils.checkpoint import load_data
+        from verl.utils.checkpoint_data import load_data
 
         data = load_data(path)
         if not isinstance(data, DataProto):

@@ -23,16 +23,14 @@ from verl.trainer.checkpointing import Checkpointer
 from verl.trainer.run_dir import plan_run
 from verl.utils.checkpoint import (
     CHECKPOINT_INFO,
-    check_sharded_files,
     checkpoint_damage,
-    load_data,
     load_trainer_state,
     rng_state,
     save_data,
     set_rng_state,
-    to_data,
     write_checkpoint_info,
 )
+from verl.utils.checkpoint_data import check_sharded_files, load_data, to_data
 from verl.utils.checkpoint_integrity import MANIFEST_KEY, manifest_of
 
 

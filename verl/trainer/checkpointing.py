@@ -30,7 +30,6 @@ from verl.single_controller.base import WorkerGroup
 from verl.single_controller.errors import WorkerError
 from verl.utils.checkpoint import (
     atomic_write_bytes,
-    check_sharded_files,
     checkpoint_damage,
     finalize_checkpoint,
     latest_checkpoint,
@@ -43,6 +42,7 @@ from verl.utils.checkpoint import (
     tmp_step_dir,
     write_checkpoint_info,
 )
+from verl.utils.checkpoint_data import check_sharded_files
 
 logger = logging.getLogger(__name__)
 
@@ -285,7 +285,7 @@ def export_hf(
     interrupted export leaves ``out_dir`` as it was).
 
     A checkpoint may come from anyone, so the export runs none of its code: weights are safetensors, the
-    sharded layout's pickles are checked first (`verl.utils.checkpoint.check_sharded_files`), and no model
+    sharded layout's pickles are checked first (`verl.utils.checkpoint_data.check_sharded_files`), and no model
     or tokenizer code is trusted (``trust_remote_code`` is off, whatever the checkpoint's config.yaml says).
     """
     from transformers import AutoTokenizer

@@ -22,7 +22,8 @@ from torch.distributed.checkpoint.state_dict import (
 
 from verl.errors import InputError
 from verl.models.lora import adapter_config, adapter_weight_names, check_checkpoint_adapters
-from verl.utils.checkpoint import check_sharded_files, load_data, rng_state, save_data, set_rng_state
+from verl.utils.checkpoint import rng_state, save_data, set_rng_state
+from verl.utils.checkpoint_data import check_sharded_files, load_data
 from verl.utils.precision import frozen_linear_weights_in, hold_frozen_weights_in
 from verl.workers.engine.distributed import unwrap, wrap_ddp
 from verl.workers.engine.fsdp import Offload, shard_with_optimizer
@@ -287,7 +288,7 @@ def checkpoint_contents(part: Path) -> list[str]:
 
 def _read_optim(part: Path) -> dict[str, Any]:
     """A part's ``optim.pt`` (``{}`` when it has none), read as data: a file that would run code is refused
-    (`verl.utils.checkpoint.load_data`)."""
+    (`verl.utils.checkpoint_data.load_data`)."""
     if not (part / "optim.pt").is_file():
         return {}
     optim = load_data(part / "optim.pt")
