@@ -7,7 +7,7 @@
 
 Needs TRL (``python -m pip install -c constraints-cpu.txt trl==1.16.0``) and the recipe's packages (its YAML
 names them). Both sides train what ``verl run --config smollm2_arithmetic`` trains: SmolLM2-135M-Instruct with
-LoRA (r 16, alpha 32, all-linear), GRPO on reasoning-gym basic_arithmetic, 8 prompts x 8 samples per step, up
+LoRA (r 16, alpha 32, all-linear), GRPO on reasoning-gym basic_arithmetic, 16 prompts x 4 samples per step, up
 to 24 new tokens at temperature 1.0, one optimizer step per RL step, no KL. Held-out accuracy is greedy
 accuracy on the recipe's 269 held-out problems (``--val-limit N``: the first N), scored by the scorer the
 recipe resolves to (``verl.workers.reward.scorers.default_compute_score``: reasoning-gym's verifier on the
