@@ -174,7 +174,7 @@ class AgentPool(StalenessOrder):
         """Start again (under the current weights) the groups, finished or not, with a token drawn by weights
         older than ``oldest_allowed``; the loops still running are cancelled (their tools released). Returns how
         many."""
-        stale = self.stale(oldest_allowed) + self.stale(oldest_allowed, finished=True)
+        stale = self.past_bound(oldest_allowed)
         for uid in stale:
             self._cancel([key for key in self._running if key[0] == uid])
             self.rows[uid] = [_Trajectory() for _ in self.rows[uid]]

@@ -87,6 +87,11 @@ class StalenessOrder:
         groups = complete if finished else [uid for uid in self.rows if uid not in done]
         return [uid for uid in groups if self.first_version(uid) < oldest_allowed]
 
+    def past_bound(self, oldest_allowed: int) -> list[str]:
+        """Every group, finished or not, with a token drawn by weights older than version ``oldest_allowed``:
+        what ``restart_stale`` starts again."""
+        return [uid for uid in self.rows if self.first_version(uid) < oldest_allowed]
+
 
 class StreamingPool(StalenessOrder):
     """Generations in flight on the rollout, by group (a prompt's ``n`` rows), oldest first."""
@@ -163,7 +168,7 @@ class StreamingPool(StalenessOrder):
         """Drop what groups drew with weights older than ``oldest_allowed``, finished or not (they start again,
         under the current weights): verl's ``max_off_policy_strategy=drop``, which evicts the whole group.
         Returns how many groups started again."""
-        stale = self.stale(oldest_allowed) + self.stale(oldest_allowed, finished=True)
+        stale = self.past_bound(oldest_allowed)
         for uid in stale:
             self.rows[uid] = [_Row(r.prompt_ids) for r in self.rows[uid]]
         self.restarted += len(stale)
