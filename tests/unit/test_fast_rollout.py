@@ -52,11 +52,17 @@ def model(request, tiny_model_dir, llama_model_dir):
     return AutoModelForCausalLM.from_pretrained(path)
 
 
-def make_prompts(model, lengths: list[int], seed: int = 0, width: int | None = None) -> DataProto:
-    """Random prompts of the given lengths, left-padded to ``width`` (default: the longest)."""
+def make_prompts(
+    model, lengths: list[int], seed: int = 0, width: int | None = None, prefix: int = 0
+) -> DataProto:
+    """Random prompts of the given lengths, left-padded to ``width`` (default: the longest); with ``prefix``,
+    all start with the same ``prefix`` tokens (a chat template's system prompt)."""
     gen = torch.Generator().manual_seed(seed)
     width = width or max(lengths)
     input_ids = torch.randint(3, model.config.vocab_size, (len(lengths), width), generator=gen)
+    shared = torch.randint(3, model.config.vocab_size, (prefix,), generator=gen)
+    for row, length in enumerate(lengths):
+        input_ids[row, width - length : width - length + prefix] = shared
     attention_mask = (torch.arange(width)[None, :] >= width - torch.tensor(lengths)[:, None]).long()
     input_ids = torch.where(attention_mask.bool(), input_ids, PAD)
     position_ids = (attention_mask.cumsum(-1) - 1).clamp_min(0)
@@ -87,6 +93,34 @@ def test_repeated_prompts_are_prefilled_once_and_decode_like_hf(model, lean_pref
     got = FastRollout(model, [model.config.vocab_size], PAD).generate_sequences(prompts, sampling)
     hook.remove()
     assert rows_seen[0] == 3  # the prefill: 3 distinct prompts for 12 rows
+    assert torch.equal(got.batch["responses"], expected.batch["responses"])
+
+
+@pytest.mark.parametrize("lean_prefill", [True, False], ids=["lean-prefill", "hf-prefill"])
+def test_a_prefix_all_prompts_share_is_prefilled_once_and_decodes_like_hf(model, lean_prefill, monkeypatch):
+    """Prompts that start with the same tokens (a chat template's system prompt): the prefill runs those
+    once, as one row, then each distinct prompt's rest; the greedy output is still HF's, row for row."""
+    monkeypatch.setattr(_LeanDecoder, "lean_prefill", lean_prefill)
+    prompts = make_prompts(model, [12, 16, 10], width=17, prefix=8).repeat(2, interleave=True)
+    sampling = SamplingParams(do_sample=False, max_new_tokens=8)
+    expected = HFRollout(model, [model.config.vocab_size], PAD).generate_sequences(prompts, sampling)
+    widths = []
+    hook = model.register_forward_pre_hook(
+        lambda m, args, kwargs: widths.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    linear_call = _Linear.__call__
+
+    def spy(self, x):
+        widths.append(
+            tuple(x.shape[:2]) if x.dim() == 3 else None
+        )  # 3-D: the prefill's [rows, width, hidden]
+        return linear_call(self, x)
+
+    monkeypatch.setattr(_Linear, "__call__", spy)
+    got = FastRollout(model, [model.config.vocab_size], PAD).generate_sequences(prompts, sampling)
+    hook.remove()
+    # The 8 shared tokens as one row, then the 3 prompts' rest: the longest has 8 more tokens.
+    assert widths[0] == (1, 8) and (3, 8) in widths
     assert torch.equal(got.batch["responses"], expected.batch["responses"])
 
 
@@ -173,8 +207,9 @@ def test_sampled_output_layout(model):
 
 
 @pytest.mark.parametrize("temperature", [0.7, 1.3])
-def test_log_probs_match_the_actor(model, temperature):
-    prompts = make_prompts(model, [6, 3, 8, 8], seed=2)
+@pytest.mark.parametrize("prefix", [0, 9], ids=["distinct", "shared-prefix"])
+def test_log_probs_match_the_actor(model, temperature, prefix):
+    prompts = make_prompts(model, [n + prefix for n in (6, 3, 8, 8)], seed=2, prefix=prefix)
     eos = early_eos_ids(model, prompts, 20)
     # Truncated sampling; the log-probs are still those of the untruncated tempered distribution.
     sampling = SamplingParams(temperature=temperature, top_k=20, top_p=0.9, max_new_tokens=20)
@@ -188,12 +223,15 @@ def test_log_probs_match_the_actor(model, temperature):
 
 
 @pytest.mark.parametrize("lean_prefill", [True, False], ids=["lean-prefill", "hf-prefill"])
-def test_bf16_autocast_log_probs_match_the_actor(model, lean_prefill, monkeypatch):
+@pytest.mark.parametrize("prefix", [0, 9], ids=["distinct", "shared-prefix"])
+def test_bf16_autocast_log_probs_match_the_actor(model, lean_prefill, prefix, monkeypatch):
     """An fp32 model decoded under bf16 autocast (what the trainer does on a CPU with bf16 instructions):
     repeated, padded prompts (GRPO's batch) decode, and the log-probs are the actor's under the same
     autocast, to bf16 rounding (different kernels: oneDNN in the lean step, F.linear in the HF forward)."""
     monkeypatch.setattr(_LeanDecoder, "lean_prefill", lean_prefill)
-    prompts = make_prompts(model, [6, 3, 8], seed=4).repeat(3, interleave=True)
+    prompts = make_prompts(model, [n + prefix for n in (6, 3, 8)], seed=4, prefix=prefix).repeat(
+        3, interleave=True
+    )
     engine = FastRollout(model, [model.config.vocab_size], PAD)
     engine.compute_dtype = torch.bfloat16
     torch.manual_seed(2)

@@ -134,15 +134,18 @@ def test_generation_is_unchanged_by_the_packed_attention(model_dir):
     assert torch.equal(out_plain, out_varlen)
 
 
-def grouped_batch(vocab_size: int, groups: int = 3, n: int = 4, seed: int = 0):
+def grouped_batch(vocab_size: int, groups: int = 3, n: int = 4, seed: int = 0, prefix: int = 0):
     """``groups`` prompts (left-padded, lengths differ) each followed by ``n`` right-padded responses,
-    the rows of a group shuffled among the others (as balancing across ranks leaves them)."""
+    the rows of a group shuffled among the others (as balancing across ranks leaves them); with ``prefix``,
+    every prompt starts with the same ``prefix`` tokens (a chat template's system prompt)."""
     generator = torch.Generator().manual_seed(seed)
-    prompt_width, response_width = 6, 5
+    prompt_width, response_width = 6 + prefix, 5
     prompts = torch.randint(3, vocab_size, (groups, prompt_width), generator=generator)
     prompt_mask = torch.ones_like(prompts)
+    shared = torch.randint(3, vocab_size, (prefix,), generator=generator)
     for g, length in enumerate([6, 2, 4][:groups]):
-        prompt_mask[g, : prompt_width - length] = 0
+        prompt_mask[g, : prompt_width - length - prefix] = 0
+        prompts[g, prompt_width - length - prefix : prompt_width - length] = shared
     order = torch.randperm(groups * n, generator=generator)
     group_of_row = torch.arange(groups).repeat_interleave(n)[order]
     responses = torch.randint(3, vocab_size, (groups * n, response_width), generator=generator)
@@ -180,3 +183,29 @@ def test_shared_prompts_give_the_same_log_probs_and_gradients(model_dir):
     # responses cut to the longest (4 tokens, response lengths are drawn from 0..4).
     longest = int(batch[-1].sum(-1).max())
     assert prompt_tokens == [torch.Size([12, 11]), torch.Size([3, 6]), torch.Size([12, longest])]
+
+
+def test_a_prefix_common_to_all_prompts_is_computed_once(model_dir):
+    """Prompts that start alike (the system prompt): those tokens run once as one row, the same log-probs and
+    gradients."""
+    model = load_hf_model(model_dir, attn_implementation="eager")
+    batch = grouped_batch(model.config.vocab_size, prefix=9)
+    passes = []
+    hook = model.get_decoder().register_forward_pre_hook(
+        lambda m, args, kwargs: passes.append(kwargs["input_ids"].shape), with_kwargs=True
+    )
+    results = []
+    for share in (False, True):
+        model.zero_grad()
+        log_probs, _ = PolicyScorer(model, share_prompts=share)(*batch, temperature=0.9)
+        (log_probs * batch[-1]).sum().backward()
+        results.append((log_probs, grads(model)))
+    hook.remove()
+    (lp_a, grads_a), (lp_b, grads_b) = results
+    torch.testing.assert_close(lp_b, lp_a, atol=1e-5, rtol=1e-5)
+    for name in grads_a:
+        torch.testing.assert_close(grads_b[name], grads_a[name], atol=1e-5, rtol=1e-4)
+    # Unshared: 12 rows x (15 prompt + 5 response columns). Shared: the 9 prefix tokens once, the 3 prompts'
+    # rest (the longest has 6 more tokens), then the 12 rows' responses cut to the longest.
+    longest = int(batch[-1].sum(-1).max())
+    assert passes == [(12, 20), (1, 9), (3, 6), (12, longest)]

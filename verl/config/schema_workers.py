@@ -99,8 +99,9 @@ class ModelConfig:
     share_prompts: bool = True
     """log-prob and update passes: run each distinct prompt of a micro-batch once and let its responses
     (the rollout.n samples of a group) attend to its cached keys/values: same results, the prompt
-    computed once per group instead of once per sample. Padded passes only (use_remove_padding takes
-    precedence); off by itself under gradient checkpointing and for models whose logits are scaled"""
+    computed once per group instead of once per sample, and the tokens all the micro-batch's prompts start
+    with (a system prompt) once. Padded passes only (use_remove_padding takes precedence); off by itself
+    under gradient checkpointing and for models whose logits are scaled"""
     log_prob_chunk_size: int = 1024
     """response tokens per pass through the LM head when computing log-probs: full-vocabulary logits
     exist for at most this many tokens at once (recomputed in backward); 0 = all at once"""

@@ -8,7 +8,8 @@ real tokens:
   layer computes on padding;
 * ``share_prompts``: each distinct prompt of a micro-batch goes through the model once and its
   responses (GRPO's ``rollout.n`` samples) attend to its cached keys and values: the same log-probs
-  and gradients with the prompt computed once per group instead of once per sample;
+  and gradients with the prompt computed once per group instead of once per sample; the tokens all
+  the prompts start with (a chat template's system prompt) go through once per micro-batch;
 * only the positions that predict a real response token go through the LM head, ``chunk_size``
   tokens at a time: full-vocabulary logits never exist for more than one chunk. With gradients the
   chunk's head is recomputed in the backward pass (activation checkpointing), so the logits are not
@@ -27,7 +28,14 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from verl.models.kv_cache import cache_keyword, distinct_rows, leading_padding_columns, new_cache
+from verl.models.kv_cache import (
+    cache_keyword,
+    common_prefix,
+    distinct_rows,
+    forward_prompts,
+    new_cache,
+    no_prefix,
+)
 from verl.models.plumbing import activation_checkpointing_on
 from verl.utils.precision import compute_in
 from verl.workers.engine.distributed import all_reduce_max
@@ -156,30 +164,29 @@ def shared_prompt_hidden(
     attention_mask: torch.Tensor,
     position_ids: torch.Tensor,
     response_mask: torch.Tensor,
+    lockstep: bool = False,
 ) -> torch.Tensor:
     """The decoder's last hidden states at the positions that predict the real response tokens
     (``[N, hidden]``, row-major), computing each distinct prompt once.
 
-    Pass 1 runs the distinct prompts (left-padded, columns that are padding in every row dropped) and
-    keeps their keys and values; the cache is then gathered to one copy per row (its backward adds
-    the rows' gradients into their prompt's). Pass 2 runs the responses, cut to the longest one,
-    attending to that cache. The first response token is predicted by the prompt's last position
-    (pass 1), the others by the response positions before them (pass 2).
+    The distinct prompts (left-padded) run first, the tokens they all start with (a chat template's system
+    prompt) once as one row (`verl.models.kv_cache.forward_prompts`), and their keys and values are kept;
+    the cache is then gathered to one copy per row (its backward adds the rows' gradients into their
+    prompt's). The responses run last, cut to the longest one, attending to that cache. The first response
+    token is predicted by the prompt's last position, the others by the response positions before them.
+    ``lockstep``: FSDP ranks must make the same passes, so the prefix is shared only where every rank shares.
     """
     width = input_ids.shape[1] - response_mask.shape[1]
     prompt_mask = attention_mask[:, :width]
-    first = leading_padding_columns(prompt_mask)
-    representative, inverse = distinct_rows(
-        torch.cat([input_ids[:, first:width], prompt_mask[:, first:]], dim=1)
-    )
+    representative, inverse = distinct_rows(torch.cat([input_ids[:, :width], prompt_mask], dim=1))
+    prompts = input_ids[representative, :width], prompt_mask[representative]
+    prefix = common_prefix(*prompts)
+    if lockstep and all_reduce_max(int(prefix.length == 0)):
+        prefix = no_prefix(prompts[1])
     cache = new_cache(decoder.config)
     keyword = cache_keyword(decoder)
-    prompt_out = decoder(
-        input_ids=input_ids[representative, first:width],
-        attention_mask=prompt_mask[representative, first:],
-        position_ids=position_ids[representative, first:width],
-        use_cache=True,
-        **{keyword: cache},
+    prompt_out = forward_prompts(
+        decoder, *prompts, position_ids[representative, :width], cache, prefix, **{keyword: cache}
     )[0]
     cache.reorder_cache(inverse)
     # Up to the last token scored in any row (its last response_mask 1, not the count of them: a multi-turn
@@ -188,7 +195,7 @@ def shared_prompt_hidden(
     used = int(scored[-1]) + 1 if len(scored) else 1
     response_out = decoder(
         input_ids=input_ids[:, width : width + used],
-        attention_mask=attention_mask[:, first : width + used],
+        attention_mask=torch.cat([prefix.cache_mask()[inverse], attention_mask[:, width : width + used]], 1),
         position_ids=position_ids[:, width : width + used],
         use_cache=True,
         **{keyword: cache},
@@ -249,7 +256,12 @@ class PolicyScorer(_Scorer):
         with compute_in(self.compute_dtype, input_ids.device):
             if self.plain_head and self.share_prompts and left_padded and not checkpointing:
                 hidden = shared_prompt_hidden(
-                    self.hf_model.get_decoder(), input_ids, attention_mask, position_ids, response_mask
+                    self.hf_model.get_decoder(),
+                    input_ids,
+                    attention_mask,
+                    position_ids,
+                    response_mask,
+                    lockstep=needs_lockstep(self),
                 )
                 head = self.hf_model.get_output_embeddings()
             elif self.plain_head:

@@ -16,7 +16,7 @@ import inspect
 import torch
 import torch.nn.functional as F
 
-from verl.models.kv_cache import cache_keyword, distinct_rows, new_cache
+from verl.models.kv_cache import cache_keyword, common_prefix, distinct_rows, forward_prompts, new_cache
 from verl.models.lora import has_adapters
 from verl.models.plumbing import position_ids
 from verl.workers.rollout.lean_weights import LeanWeights
@@ -49,24 +49,30 @@ class _Decoder:
         return None
 
     def _prefill_forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
-        """HF forward over the prompts: (last-position logits, the filled DynamicCache, position ids).
+        """HF forward over the prompts: (last-position logits, the filled DynamicCache, position ids, the
+        cache's attention mask).
 
         Each distinct prompt is run once (GRPO repeats every prompt rollout.n times) and its cache
-        rows copied to the rows that share it: the same numbers, 1/n of the prefill.
+        rows copied to the rows that share it: the same numbers, 1/n of the prefill. The tokens every
+        distinct prompt starts with run once (`verl.models.kv_cache.forward_prompts`), so the cache's columns
+        are that prefix, then each prompt's rest (the mask returned says which are real).
         """
         distinct, inverse = distinct_rows(torch.cat([input_ids, attention_mask], dim=1))
         cache = new_cache(self.model.config)
         positions = position_ids(attention_mask)
-        out = self.model(
-            input_ids=input_ids[distinct],
-            attention_mask=attention_mask[distinct],
-            position_ids=positions[distinct],
-            use_cache=True,
+        prompts = input_ids[distinct], attention_mask[distinct]
+        prefix = common_prefix(*prompts)
+        out = forward_prompts(
+            self.model,
+            *prompts,
+            positions[distinct],
+            cache,
+            prefix,
             **self.prefill_kwargs,
             **{self.cache_kwarg: cache},
         )
         cache.reorder_cache(inverse)  # the cache rows follow the distinct prompts' (sorted) order
-        return out.logits[inverse, -1], cache, positions
+        return out.logits[inverse, -1], cache, positions, prefix.cache_mask()[inverse]
 
 
 class _HFDecoder(_Decoder):
@@ -75,8 +81,7 @@ class _HFDecoder(_Decoder):
     def prefill(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int
     ) -> torch.Tensor:
-        logits, self.cache, position_ids = self._prefill_forward(input_ids, attention_mask)
-        self.mask = attention_mask
+        logits, self.cache, position_ids, self.mask = self._prefill_forward(input_ids, attention_mask)
         self.next_position = position_ids[:, -1:] + 1
         return logits
 
@@ -192,17 +197,19 @@ class _LeanDecoder(_Decoder):
     def prefill(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int
     ) -> torch.Tensor:
-        batch, prompt_len = input_ids.shape
-        total = prompt_len + max_new_tokens
+        batch = input_ids.shape[0]
         positions = position_ids(attention_mask)
         self.next_position = positions[:, -1] + 1
         self._rope_table(int(self.next_position.max()) + max_new_tokens)
         if self.lean_prefill:
-            logits, layer_kv, rows = self._prefill_lean(input_ids, attention_mask, positions)
+            logits, layer_kv, rows, cache_mask = self._prefill_lean(input_ids, attention_mask, positions)
         else:
-            logits, cache, _ = self._prefill_forward(input_ids, attention_mask)
+            logits, cache, _, cache_mask = self._prefill_forward(input_ids, attention_mask)
             layer_kv = (_cache_layer(cache, i) for i in range(len(self.weights.layers)))
             rows = None
+        # The cache's columns: the prefix all prompts share, then each prompt's rest (`_prefill_lean`).
+        prompt_len = cache_mask.shape[1]
+        total = prompt_len + max_new_tokens
         self.keys, self.values = [], []
         for k, v in layer_kv:
             # Under autocast v is bf16 while RoPE made k float32 (as in HF, whose attention then casts k to
@@ -218,7 +225,7 @@ class _LeanDecoder(_Decoder):
                 torch.index_select(v, 0, rows, out=vbuf[:, :, :prompt_len])
             self.keys.append(kbuf)
             self.values.append(vbuf)
-        padding = ~attention_mask.bool()
+        padding = ~cache_mask.bool()
         if padding.any():
             # Columns past the prompt are written before they are read: no mask needed there.
             self.bias = kbuf.new_zeros(batch, total)
@@ -230,46 +237,75 @@ class _LeanDecoder(_Decoder):
 
     def _prefill_lean(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor
-    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor, torch.Tensor]:
         """The prompts' forward in the step's ops, each distinct prompt computed once (GRPO repeats every
-        prompt rollout.n times): (every row's last-position logits, each layer's (keys, values) of the
-        distinct prompts, the distinct prompt of each row).
+        prompt rollout.n times) and the tokens they all start with once (`verl.models.kv_cache.common_prefix`):
+        (every row's last-position logits, each layer's (keys, values) of the distinct prompts, the distinct
+        prompt of each row, the attention mask of those keys for every row).
+        """
+        w = self.weights
+        distinct, inverse = distinct_rows(torch.cat([input_ids, attention_mask], dim=1))
+        ids, mask, pos = input_ids[distinct], attention_mask[distinct], positions[distinct]
+        prefix = common_prefix(ids, mask)
+        past = None
+        if prefix.length:
+            span = prefix.columns
+            _, past = self._lean_layers(ids[:1, span], mask[:1, span], pos[:1, span])
+        start = prefix.start
+        hidden, layer_kv = self._lean_layers(ids[:, start:], prefix.suffix_mask, pos[:, start:], past)
+        last = _rms_norm(hidden[:, -1], w.final_norm, w.final_eps)
+        return w.lm_head(last)[inverse], layer_kv, inverse, prefix.cache_mask()[inverse]
 
-        The attention mask is causal over each prompt's real tokens; a padding position attends to itself
+    def _lean_layers(
+        self,
+        ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        pos: torch.Tensor,
+        past: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """Left-padded tokens through every layer: (the last hidden states ``[n, S, hidden]``, each layer's
+        keys and values ``[n, kv_heads, P + S, D]``). ``past``: each layer's keys and values of a prefix all
+        rows share (one row, P columns, every one attended to; None: P = 0), placed before theirs.
+
+        The attention mask is causal over each row's real tokens; a padding position attends to itself
         only (its output is never read, but it becomes a key and value, masked out, that must be finite).
         """
         w = self.weights
         heads, kv_heads, head_dim, n_rep = self.num_heads, self.num_kv_heads, self.head_dim, self.n_rep
-        distinct, inverse = distinct_rows(torch.cat([input_ids, attention_mask], dim=1))
-        ids, valid, pos = input_ids[distinct], attention_mask[distinct].bool(), positions[distinct]
+        valid = attention_mask.bool()
         n, width = ids.shape
+        shared = 0 if past is None else past[0][0].shape[2]
         rope = self.rope[pos]  # [n, S, 2, D]
         cos, sin_rot = rope[:, :, None, 0], rope[:, :, None, 1]  # [n, S, 1, D]
         causal = torch.ones(width, width, dtype=torch.bool, device=ids.device).tril()
         eye = torch.eye(width, dtype=torch.bool, device=ids.device)
         allowed = (causal & valid[:, None, :]) | eye  # [n, S(query), S(key)]
+        allowed = torch.cat([allowed.new_ones(n, width, shared), allowed], dim=-1)
         half = head_dim // 2
         hidden = F.embedding(ids, w.embed)  # [n, S, hidden]
         layer_kv, bias = [], None
-        for layer in w.layers:
+        for i, layer in enumerate(w.layers):
             x = _rms_norm(hidden, layer.ln1, layer.ln1_eps)
             qkv = layer.qkv(x).view(n, width, heads + 2 * kv_heads, head_dim)
             qk = qkv[:, :, : heads + kv_heads]
             qk = qk * cos + qk.roll(half, dims=-1) * sin_rot
             if bias is None:
                 bias = torch.zeros(allowed.shape, dtype=qk.dtype, device=ids.device)
-                bias = bias.masked_fill_(~allowed, float("-inf"))[:, None]  # [n, 1, S, S]
+                bias = bias.masked_fill_(~allowed, float("-inf"))[:, None]  # [n, 1, S, P + S]
             q = qk[:, :, :heads].transpose(1, 2)  # [n, heads, S, D]
             k = qk[:, :, heads:].transpose(1, 2)  # [n, kv_heads, S, D]
             v = qkv[:, :, heads + kv_heads :].transpose(1, 2)
+            if past is not None:
+                past_k, past_v = past[i]
+                k = torch.cat([past_k.to(k.dtype).expand(n, -1, -1, -1), k], dim=2)
+                v = torch.cat([past_v.expand(n, -1, -1, -1), v], dim=2)
             layer_kv.append((k, v))
             attn = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=n_rep > 1)
             hidden = hidden + layer.o(attn.transpose(1, 2).reshape(n, width, heads * head_dim))
             x = _rms_norm(hidden, layer.ln2, layer.ln2_eps)
             gate, up = layer.gate_up(x).chunk(2, dim=-1)
             hidden = hidden + layer.down(F.silu(gate) * up)
-        last = _rms_norm(hidden[:, -1], w.final_norm, w.final_eps)
-        return w.lm_head(last)[inverse], layer_kv, inverse
+        return hidden, layer_kv
 
     def _rope_table(self, max_pos: int) -> None:
         """cos and sign-folded sin for every position this call reaches, from the model's rotary module.
