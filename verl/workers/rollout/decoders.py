@@ -297,7 +297,7 @@ class _LeanDecoder(_Decoder):
             v = qkv[:, :, heads + kv_heads :].transpose(1, 2)
             if past is not None:
                 past_k, past_v = past[i]
-                k = torch.cat([past_k.to(k.dtype).expand(n, -1, -1, -1), k], dim=2)
+                k = torch.cat([past_k.expand(n, -1, -1, -1), k], dim=2)
                 v = torch.cat([past_v.expand(n, -1, -1, -1), v], dim=2)
             layer_kv.append((k, v))
             attn = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=n_rep > 1)
