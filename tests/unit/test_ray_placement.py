@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 pytest.importorskip("ray")
@@ -69,3 +71,34 @@ def test_a_rank_is_silent_only_once_up_and_after_a_ping_unanswered_for_the_timeo
     clock[0] = 400
     assert beats.beat([0, 2]) == [1]  # one ping in flight per rank: rank 1 got no second one
     assert sum(1 for rank, _ in beats._in_flight.values() if rank == 1) == 1
+
+
+def test_restarted_hosts_wait_until_ray_drops_a_lost_node(monkeypatch):
+    """After a node is lost Ray still lists it until its health checks time out, and would place new hosts
+    there; a restart (``on_alive_nodes``) waits until the listed nodes are the answering ones, one rank or many."""
+    from verl.single_controller import ray_placement
+
+    listed = [{"NodeID": "a"}, {"NodeID": "b"}]
+    answering = {"a"}
+    events = []
+
+    def alive_nodes():
+        events.append("asked")
+        if events.count("asked") == 3:  # Ray's verdict comes on the third look
+            listed.pop()
+        return list(listed)
+
+    class FakeHost:
+        @staticmethod
+        def options(**options):
+            return SimpleNamespace(remote=lambda sys_path: events.append("host") or object())
+
+    monkeypatch.setattr(ray_placement, "alive_nodes", alive_nodes)
+    monkeypatch.setattr(ray_placement, "raylet_answers", lambda node: node["NodeID"] in answering)
+    monkeypatch.setattr(ray_placement.time, "sleep", lambda s: None)
+    monkeypatch.setattr(ray_placement, "HostActor", FakeHost)
+    hosts = ray_placement.Hosts(world_size=1, num_cpus=1)
+    assert events == ["host"]  # a first start places at once
+    events.clear()
+    hosts.start(on_alive_nodes=True)
+    assert events == ["asked", "asked", "asked", "host"]

@@ -61,6 +61,10 @@ class Hosts(Generic[Group]):
         }
         sys_path = [os.path.abspath(path) for path in sys.path]
         spread = min(self.nnodes, self.world_size) > 1
+        if on_alive_nodes and not spread:
+            # Ray lists a lost node for a while yet (until its health checks time out) and may place the new
+            # hosts there, where they die before they run: wait until it agrees (`_spread` waits the same way)
+            settled_alive_nodes(self.placement_timeout_s)
         strategies = self._spread(on_alive_nodes) if spread else [None] * self.world_size
         self.actors = [
             HostActor.options(**options, **({"scheduling_strategy": s} if s else {})).remote(sys_path)
