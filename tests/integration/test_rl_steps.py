@@ -144,9 +144,25 @@ def test_kl_loss_and_kl_in_reward_run(tiny_model_dir, arithmetic_files, tmp_path
     assert "actor/kl_loss" in record and "actor/reward_kl_penalty" in record and "timing_s/ref" in record
 
 
-def test_skipping_old_log_prob_gives_the_same_update(tiny_model_dir, arithmetic_files, tmp_path):
-    """On-policy (one optimizer step per RL step), the old_log_prob pass changes nothing but the time spent."""
+def measured_in_update(monkeypatch) -> list[bool]:
+    """Records, per update, whether the actor measures actor/entropy in its own forward pass."""
+    from verl.workers.actor import Actor
+
+    calls, plan_update = [], Actor.plan_update
+
+    def spy(self, *args, **kwargs):
+        calls.append(kwargs["measure_entropy"])
+        return plan_update(self, *args, **kwargs)
+
+    monkeypatch.setattr(Actor, "plan_update", spy)
+    return calls
+
+
+def test_skipping_old_log_prob_gives_the_same_update(tiny_model_dir, arithmetic_files, tmp_path, monkeypatch):
+    """On-policy (one optimizer step per RL step), the old_log_prob pass changes nothing but the time spent;
+    without it actor/entropy is the fast engine's, not measured by the update again."""
     on_policy = ["actor_rollout_ref.actor.ppo_mini_batch_size=4", "trainer.total_training_steps=1"]
+    measured = measured_in_update(monkeypatch)
     results = []
     for recompute in ("true", "null"):
         out = tmp_path / recompute
@@ -168,6 +184,19 @@ def test_skipping_old_log_prob_gives_the_same_update(tiny_model_dir, arithmetic_
     assert with_pass["actor/entropy"] == pytest.approx(without_pass["actor/entropy"], rel=1e-4)
     assert without_pass["timing_s/old_log_prob"] == 0.0 < with_pass["timing_s/old_log_prob"]
     assert_same_adam_update(weights_a, weights_b, lr=1e-3, optimizer_steps=1, close=1e-6)
+    assert measured == [False, False]
+
+
+def test_the_update_measures_entropy_when_the_engine_returns_none(
+    tiny_model_dir, arithmetic_files, tmp_path, monkeypatch
+):
+    measured = measured_in_update(monkeypatch)
+    config = small_config(
+        tiny_model_dir, arithmetic_files, tmp_path, "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "trainer.total_training_steps=1", "trainer.val_before_train=false", "actor_rollout_ref.rollout.name=hf",
+    )  # fmt: skip
+    _, record, _ = one_step(config)
+    assert measured == [True] and record["actor/entropy"] > 0
 
 
 def test_ppo_with_critic_and_warmup(tiny_model_dir, arithmetic_files, tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -202,6 +204,10 @@ def test_sampled_output_layout(model):
     assert (responses[mask == 0] == PAD).all()
     assert (out.batch["rollout_log_probs"][mask == 0] == 0).all()
     assert (out.batch["rollout_log_probs"][mask == 1] < 0).all()
+    entropies = out.batch["rollout_entropys"]
+    assert (
+        entropies.shape == (8, 16) and (entropies[mask == 0] == 0).all() and (entropies[mask == 1] > 0).all()
+    )
     # Plain tensors, not inference-mode ones: the update may use them under autograd.
     assert not any(t.is_inference() for t in out.batch.values())
 
@@ -217,9 +223,11 @@ def test_log_probs_match_the_actor(model, temperature, prefix):
     out = FastRollout(model, eos, PAD).generate_sequences(prompts, sampling)
     model.eval()
     with torch.no_grad():
-        actor_lp, _ = response_logprobs(model, out, temperature, with_entropy=False)
+        actor_lp, actor_entropy = response_logprobs(model, out, temperature, with_entropy=True)
     valid = out.batch["response_mask"].bool()
     torch.testing.assert_close(out.batch["rollout_log_probs"][valid], actor_lp[valid], atol=1e-5, rtol=0)
+    # ... and so are the entropies (of the untruncated distribution), which give actor/entropy
+    torch.testing.assert_close(out.batch["rollout_entropys"][valid], actor_entropy[valid], atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("lean_prefill", [True, False], ids=["lean-prefill", "hf-prefill"])
@@ -239,10 +247,12 @@ def test_bf16_autocast_log_probs_match_the_actor(model, lean_prefill, prefix, mo
     assert out.batch["rollout_log_probs"].dtype == torch.float32
     model.eval()
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        actor_lp, _ = response_logprobs(model, out, 1.0, with_entropy=False)
+        actor_lp, actor_entropy = response_logprobs(model, out, 1.0, with_entropy=True)
     valid = out.batch["response_mask"].bool()
     gap = (out.batch["rollout_log_probs"][valid] - actor_lp[valid].float()).abs()
     assert gap.max() < 0.1 and gap.mean() < 0.02  # bf16 has 8 bits of mantissa: ~0.4% per op
+    gap = (out.batch["rollout_entropys"][valid] - actor_entropy[valid].float()).abs()
+    assert gap.max() < 0.1 and gap.mean() < 0.02
 
 
 def test_warpers_match_hf():
@@ -286,7 +296,8 @@ def test_sample_next_frequencies(sampling):
     n = 20000
     logits = torch.tensor([2.0, 1.5, 1.0, 0.5, 0.0, -1.0])
     torch.manual_seed(4)
-    tokens, log_probs = sample_next(logits.expand(n, -1), sampling)
+    tokens, log_probs, entropy = sample_next(logits.expand(n, -1), sampling)
+    assert entropy is None  # not asked for
     exact = torch.softmax(warp_logits(logits, sampling), dim=-1).double()
     counts = torch.bincount(tokens, minlength=6).double()
     assert (counts[exact == 0] == 0).all()
@@ -297,6 +308,21 @@ def test_sample_next_frequencies(sampling):
     # The log-probs are those of the tempered, untruncated distribution, whatever the truncation.
     scored = torch.log_softmax(logits / sampling.temperature, dim=-1)
     torch.testing.assert_close(log_probs, scored[tokens])
+
+
+@pytest.mark.parametrize(
+    "sampling", [SamplingParams(), SamplingParams(temperature=2.0, top_k=1)], ids=["T1", "T2-top-k"]
+)
+def test_sample_next_entropy_by_hand(sampling):
+    """Two tokens with logits (ln 3, 0): p = (3/4, 1/4) at T = 1; at T = 2, p ∝ (√3, 1). The entropy is that of
+    the tempered distribution, whatever top-k cuts from the draw; four equal logits give ln 4."""
+    logits = torch.tensor([[math.log(3.0), 0.0], [0.0, 0.0]])
+    _, _, entropy = sample_next(logits, sampling, with_entropy=True)
+    p = 3**0.5 / (3**0.5 + 1) if sampling.temperature == 2.0 else 0.75
+    expected = -(p * math.log(p) + (1 - p) * math.log(1 - p))
+    assert entropy.tolist() == pytest.approx([expected, math.log(2.0)], abs=1e-6)
+    _, _, uniform = sample_next(torch.zeros(3, 4), SamplingParams(do_sample=False), with_entropy=True)
+    assert uniform.tolist() == pytest.approx([math.log(4.0)] * 3, abs=1e-6)
 
 
 def test_top_k_tokens_are_among_the_models_top_k(model):

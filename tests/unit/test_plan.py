@@ -86,3 +86,11 @@ def test_the_plan_reads_what_an_estimator_declared_not_its_name():
         for name in (*names, "test_plain"):
             ADV_ESTIMATOR_REGISTRY.pop(name, None)
             ADV_ESTIMATOR_NEEDS.pop(name, None)
+
+
+def test_actor_entropy_comes_from_the_rollout_only_when_the_samples_are_the_current_policys():
+    plan = plan_of("actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean")
+    assert plan.entropy_from_rollout and plan.loss_agg_mode == "seq-mean-token-mean"
+    ahead = ("trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.num_warmup_batches=1")
+    assert not plan_of(*ahead).entropy_from_rollout  # batches generated ahead: an older policy's entropies
+    assert not plan_of("trainer.v1.trainer_mode=colocate_async").entropy_from_rollout

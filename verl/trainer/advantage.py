@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from verl.algorithms import get_adv_estimator_fn, kl_penalty, masked_mean
+import torch
+
+from verl.algorithms import agg_loss, get_adv_estimator_fn, kl_penalty, masked_mean
 from verl.algorithms.rollout_correction import compute_rollout_correction
 from verl.protocol import DataProto
 from verl.trainer.metrics import rollout_probs_diff
+from verl.workers.rollout.base import ROLLOUT_ENTROPY_KEY
 
 
 def apply_kl_penalty(data: DataProto, kl_ctrl: Any, kl_penalty_type: str = "kl") -> dict[str, float]:
@@ -43,6 +46,19 @@ def compute_advantage(data: DataProto, algorithm: Any) -> DataProto:
     return data
 
 
+def entropy_source(batch: DataProto, old: DataProto | None, plan: Any) -> torch.Tensor | None:
+    """The per-token entropies ``actor/entropy`` is measured from: the old-log-prob pass's, else the rollout's
+    (``rollout_entropys``, `ROLLOUT_ENTROPY_KEY`) when they are the current policy's (``plan.entropy_from_rollout``:
+    no sample is drawn by an older one), else None: the update measures it in its own forward pass. The
+    rollout's entropies stay in ``batch`` only when they are the source; that is how the update knows."""
+    if old is not None:
+        batch.batch.pop(ROLLOUT_ENTROPY_KEY, None)
+        return old.batch["entropys"]
+    if ROLLOUT_ENTROPY_KEY in batch.batch and not plan.entropy_from_rollout:
+        batch.batch.pop(ROLLOUT_ENTROPY_KEY)
+    return batch.batch.get(ROLLOUT_ENTROPY_KEY)
+
+
 def apply_rollout_correction(data: DataProto, correction: Any) -> dict[str, float]:
     """Decoupled rollout correction (verl's order: after the in-reward KL, before the estimator): the
     rejected tokens leave ``response_mask``, the IS weights π_old/π_rollout become ``rollout_is_weights``.
@@ -72,8 +88,15 @@ def compute_advantages(
     batch is a new DataProto."""
     metrics: dict[str, float] = {}
     batch = batch.select() if scores is None else batch.select().union(scores)
+    entropy = entropy_source(batch, old, plan)
+    if entropy is not None:  # verl's: aggregated as the actor's loss is
+        metrics["actor/entropy"] = agg_loss(
+            entropy,
+            batch.batch["response_mask"],
+            plan.loss_agg_mode,
+            loss_scale_factor=plan.loss_scale_factor,
+        ).item()
     if old is not None:
-        metrics["actor/entropy"] = masked_mean(old.batch["entropys"], batch.batch["response_mask"]).item()
         batch = batch.union(old.select(batch_keys=["old_log_probs"]))
         if "rollout_log_probs" in batch.batch:
             metrics.update(rollout_probs_diff(batch))

@@ -63,6 +63,14 @@ class StepPlan:
     window (None: synchronous)"""
     streaming: str | None = None
     """fully async (staleness_threshold > 0) or colocate_async: what the rollout's pool holds (None: no pool)"""
+    entropy_from_rollout: bool = False
+    """every sample is drawn by the current policy, so the entropies a rollout engine returns with them
+    (``rollout_entropys``: the fast engine's) are the actor's and give ``actor/entropy`` when no old-log-prob pass
+    measures it: the update then needs no forward pass of its own for it (`verl.trainer.advantage.entropy_source`)"""
+    loss_agg_mode: str = "token-mean"
+    """``actor.loss_agg_mode``: ``actor/entropy`` is aggregated as the actor's loss is (verl's rule)"""
+    loss_scale_factor: float | None = None
+    """``actor.loss_scale_factor``, for the same aggregation"""
     teacher: bool = False
     """on-policy distillation: the teachers score the batch (``teacher_logprobs`` / ``teacher_ids``) for the
     actor's distillation loss"""
@@ -93,6 +101,9 @@ class StepPlan:
             train_batch_size=config.data.train_batch_size,
             rollout_ahead=_rollout_ahead(config),
             streaming=_streaming(config),
+            entropy_from_rollout=not stale_samples(config),
+            loss_agg_mode=actor.loss_agg_mode,
+            loss_scale_factor=actor.loss_scale_factor,
             teacher=distillation_enabled(config),
             teacher_topk=_teacher_topk(config),
         )

@@ -101,7 +101,8 @@ def train_on(
         batch=batch, scores=scores, old=old, ref=ref, teacher=teacher, values=values, plan=plan,
     )  # fmt: skip
     metrics.append(adv_metrics)
-    # Without an old-log-prob pass the update's own forward pass measures actor/entropy.
+    # Without an old-log-prob pass, actor/entropy comes from the rollout's entropies (the fast engine's, when the
+    # samples are the current policy's) or else from the update's own forward pass.
     request = UpdateRequest(plan.sizes, progress=plan.progress(step), measure_entropy=old is None)
     if plan.critic:
         metrics.append(flow.call("critic", "update_critic", data=batch, request=request))

@@ -52,6 +52,7 @@ from verl.workers.errors import (
 from verl.workers.requests import UpdateRequest
 from verl.workers.role_files import load_contents, save_role_checkpoint, write_hf_model
 from verl.workers.rollout import get_rollout_class
+from verl.workers.rollout.base import ROLLOUT_ENTROPY_KEY
 from verl.workers.rollout.host import HostCalls, RolloutHost
 from verl.workers.rollout.served import full
 from verl.workers.rollout.weight_sync import checksum, pack_buckets, sync_settings
@@ -297,7 +298,8 @@ class ActorRolloutRefWorker(HostCalls, Worker):
             temperature=self.config.actor_rollout_ref.rollout.temperature,
             progress=request.progress,
             max_tokens=sizes.actor_max_tokens,
-            measure_entropy=request.measure_entropy,
+            # (the trainer left the rollout's entropies in the batch when actor/entropy came from them)
+            measure_entropy=request.measure_entropy and ROLLOUT_ENTROPY_KEY not in data.batch,
             bypass_correction=correction if correction.bypass_mode else None,
         )
         metrics = run_update(self.actor, update)

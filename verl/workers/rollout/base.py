@@ -84,6 +84,12 @@ class SamplingParams:
         )
 
 
+ROLLOUT_ENTROPY_KEY = "rollout_entropys"
+"""optional ``[rows, response_length]`` tensor in a generated batch: the entropy of the distribution each response
+token was scored under, softmax(logits / T) untruncated (what the actor's ``entropys`` are), 0 at padding. The
+fast engine returns it; the trainer takes ``actor/entropy`` from it when the samples are the current policy's
+(`verl.trainer.advantage.compute_advantages`), so the update need not run a pass to measure it"""
+
 ROW_BUDGET_KEY = "max_new_tokens"
 """optional ``[rows]`` tensor in a prompt batch: each row's own max_new_tokens (at most the sampling's); the fast
 engine stops each row at it, the others are cut to it afterwards (`tokens_through_batch`)"""

@@ -28,12 +28,14 @@ top-p, then a draw from the renormalised distribution; greedy is argmax. ``rollo
 it is not positive), i.e. what the actor recomputes with ``response_logprobs(..., temperature)``;
 0 after the first EOS. With top-k / top-p on, the tokens are drawn from the truncated distribution
 but scored under the untruncated one, exactly as the actor scores them.
+``rollout_entropys`` (same shape) is the entropy of that untruncated distribution at each response token,
+what the actor's ``with_entropy`` pass gives: ``actor/entropy`` without a pass of its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -41,6 +43,7 @@ from verl.models.kv_cache import leading_padding_columns
 from verl.protocol import DataProto
 from verl.utils.precision import compute_in
 from verl.workers.rollout.base import (
+    ROLLOUT_ENTROPY_KEY,
     ROW_BUDGET_KEY,
     RolloutEngine,
     SamplingParams,
@@ -94,23 +97,49 @@ def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch
     return torch.minimum(drawn, torch.searchsorted(cdf, total)).squeeze(-1)
 
 
+class Draw(NamedTuple):
+    """One decode step's draw, per row: the token, its log-prob and (when asked) the entropy of the
+    distribution both are measured under, softmax(logits / T) untruncated."""
+
+    tokens: torch.Tensor
+    log_probs: torch.Tensor
+    entropy: torch.Tensor | None = None
+
+
+class Decoded(NamedTuple):
+    """What a decode loop returns: responses ``[batch, max_new]``, their log-probs and entropies (None unless
+    asked), and the number of decode steps taken."""
+
+    responses: torch.Tensor
+    log_probs: torch.Tensor
+    entropies: torch.Tensor | None
+    steps: int
+
+
 def sample_next(
-    logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
+    logits: torch.Tensor,
+    sampling: SamplingParams,
+    generator: torch.Generator | None = None,
+    with_entropy: bool = False,
+) -> Draw:
     """The next token of each row and its log-prob under softmax(logits / T), untruncated; drawn from
-    ``generator`` (None: torch's default one)."""
+    ``generator`` (None: torch's default one). ``with_entropy``: also that distribution's entropy, as the
+    actor computes it (``-(p * log p).sum()``)."""
     logits = logits.float()
     temperature = scoring_temperature(sampling)
     scaled = logits / temperature if temperature != 1.0 else logits
     log_probs = torch.log_softmax(scaled, dim=-1)
+    truncated = 0 < sampling.top_k < logits.shape[-1] or sampling.top_p < 1.0
+    probs = log_probs.exp() if with_entropy or (sampling.do_sample and not truncated) else None
     if not sampling.do_sample:
         tokens = logits.argmax(dim=-1)
-    elif 0 < sampling.top_k < logits.shape[-1] or sampling.top_p < 1.0:
+    elif truncated:
         tokens = draw(torch.softmax(warp_logits(logits, sampling), dim=-1), generator)
     else:
         # no truncation: the scoring distribution is the sampling one
-        tokens = draw(log_probs.exp(), generator)
-    return tokens, log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        tokens = draw(probs, generator)
+    entropy = -(probs * log_probs).sum(-1) if with_entropy else None
+    return Draw(tokens, log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1), entropy)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -180,8 +209,8 @@ class FastRollout(RolloutEngine):
 
         def decode(weights: LeanWeights | None) -> tuple[torch.Tensor, torch.Tensor, int]:
             with torch.inference_mode():
-                responses, log_probs, steps = self._decode(prompts, sampling, weights, enough, generator)
-            return responses.clone(), log_probs.clone(), steps
+                out = self._decode(prompts, sampling, weights, enough, generator)
+            return out.responses.clone(), out.log_probs.clone(), out.steps
 
         return self._in_eval(decode)
 
@@ -199,18 +228,19 @@ class FastRollout(RolloutEngine):
         self, prompts: DataProto, sampling: SamplingParams, weights: LeanWeights | None
     ) -> DataProto:
         with torch.inference_mode():
-            responses, log_probs, _ = self._decode(prompts, sampling, weights, generator=self.generator)
+            out = self._decode(prompts, sampling, weights, generator=self.generator, with_entropy=True)
         # Inference-mode tensors cannot be saved for backward, and the update uses these: plain copies.
-        responses, log_probs = responses.clone(), log_probs.clone()
         output = assemble_rollout_output(
             prompts,
-            responses,
+            out.responses.clone(),
             sampling.stop_tokens(self.eos_token_ids),
             self.pad_token_id,
             sampling.max_new_tokens,
             prompts.batch.get(ROW_BUDGET_KEY),
         )
-        output.batch["rollout_log_probs"] = log_probs * output.batch["response_mask"]
+        mask = output.batch["response_mask"]
+        output.batch["rollout_log_probs"] = out.log_probs.clone() * mask
+        output.batch[ROLLOUT_ENTROPY_KEY] = out.entropies.clone() * mask
         return output
 
     def _decode(
@@ -220,15 +250,17 @@ class FastRollout(RolloutEngine):
         weights: LeanWeights | None,
         enough: Callable[[torch.Tensor], bool] | None = None,
         generator: torch.Generator | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """Responses [batch, max_new], their log-probs (entries after a row's EOS are arbitrary) and the
-        decode steps taken; ``enough``: see :meth:`decode_until`."""
+        with_entropy: bool = False,
+    ) -> Decoded:
+        """Responses [batch, max_new], their log-probs and (``with_entropy``) entropies (entries after a
+        row's EOS are arbitrary), and the decode steps taken; ``enough``: see :meth:`decode_until`."""
         input_ids, attention_mask = _strip_common_left_padding(
             prompts.batch["input_ids"], prompts.batch["attention_mask"]
         )
         batch, max_new = input_ids.shape[0], sampling.max_new_tokens
         responses = input_ids.new_full((batch, max_new), self.pad_token_id)
         log_probs = torch.zeros(batch, max_new, dtype=torch.float32, device=input_ids.device)
+        entropies = torch.zeros_like(log_probs) if with_entropy else None
         decoder = self.decoder_cls(self.model, weights)
         logits = decoder.prefill(input_ids, attention_mask, max_new)
         # A lookup table over the vocabulary: one indexing op per step (torch.isin sorts, ~60 us).
@@ -241,9 +273,11 @@ class FastRollout(RolloutEngine):
         budgets = prompts.batch.get(ROW_BUDGET_KEY)  # each row's own max_new_tokens (an agent loop's turns)
         done = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)  # by output row, for `enough`
         for t in range(max_new):
-            tokens, token_log_probs = sample_next(logits, sampling, generator)
+            tokens, token_log_probs, entropy = sample_next(logits, sampling, generator, with_entropy)
             responses[rows, t] = tokens
             log_probs[rows, t] = token_log_probs
+            if entropies is not None:
+                entropies[rows, t] = entropy
             finished |= is_stop[tokens]
             if budgets is not None:
                 finished |= budgets[rows] <= t + 1
@@ -259,7 +293,7 @@ class FastRollout(RolloutEngine):
                 decoder.keep_rows(keep)
                 rows, tokens, finished = rows[keep], tokens[keep], finished[keep]
             logits = decoder.step(tokens)
-        return responses, log_probs, t + 1
+        return Decoded(responses, log_probs, entropies, t + 1)
 
 
 def _strip_common_left_padding(
