@@ -17,6 +17,7 @@ from tests.unit._actor_update import RESPONSE, ROWS, batch, update
         ((1,), False, 3, False),  # several micro-batches, nothing measured: the skipped rows are not run
         ((0,), True, 2, False),  # off-policy: ppo_kl and clip fractions of the skipped rows are not 0
         ((0, 1), False, None, True),  # every group equal: no backward at all, the optimizer still steps
+        ((0, 1), False, None, False),  # ... and nothing measured: one row's pass still names the metrics
     ],
 )
 def test_the_update_is_the_same_with_and_without_the_skip(
@@ -31,7 +32,7 @@ def test_the_update_is_the_same_with_and_without_the_skip(
     assert sum(n for n, grad in calls if grad) == trained_rows
     assert sum(n for n, grad in full_calls if grad) == ROWS
     forward_only = sum(n for n, grad in calls if not grad)
-    assert forward_only == (ROWS - trained_rows if (measure_entropy or off_policy) else 0)
+    assert forward_only == (ROWS - trained_rows if (measure_entropy or off_policy) else int(trained_rows == 0))
     assert metrics.pop("actor/skipped_backward_frac") == pytest.approx(len(zero_groups) * 4 / ROWS)
     assert metrics.keys() == full_metrics.keys()
     for key, value in full_metrics.items():

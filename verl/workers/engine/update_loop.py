@@ -82,7 +82,7 @@ class RoleUpdate(Generic[C]):
     no backward pass (`skip_no_gradient_rows`); the mini-batch's counts still include them"""
     metrics_need_forward: bool = True
     """with ``no_gradient``: the skipped rows' metric shares are not all zero, so they get a forward pass
-    without a graph"""
+    without a graph (when they are, only a mini-batch whose every row is skipped runs one row, to name them)"""
     loss_includes_dp_size: bool = False
     """the micro-batch loss is already multiplied by the data-parallel size (verl's convention, which the
     actor's policy losses follow: ``global_batch_info["dp_size"]``), so the loop does not multiply again"""
@@ -119,9 +119,12 @@ def _run_update(model: TrainedModel, update: RoleUpdate[C]) -> dict[str, float]:
             micros, _, real = lockstep_micro_batches(
                 mini, plan.micro_batch_size, plan.max_tokens, needs_lockstep(model.trained)
             )
-        if skipped is not None and update.metrics_need_forward:
-            with torch.no_grad():  # their metric shares, e.g. the entropy; no graph, no backward
-                for micro in micro_batches(skipped, plan.micro_batch_size, plan.max_tokens)[0]:
+        if skipped is not None and (update.metrics_need_forward or not micros):
+            # Their metric shares (e.g. the entropy), without a graph. Shares that are all zero need no pass, but
+            # when every row is skipped one row's pass still names the metrics (with its zero shares).
+            measured = skipped if update.metrics_need_forward else skipped.select_idxs(np.arange(1))
+            with torch.no_grad():
+                for micro in micro_batches(measured, plan.micro_batch_size, plan.max_tokens)[0]:
                     update.micro_batch_loss(micro, context, shares)
         if not micros:  # every row skipped: the zero gradient their backward would leave; AdamW still steps
             for param in model.trained.parameters():
