@@ -32,7 +32,9 @@ def test_the_update_is_the_same_with_and_without_the_skip(
     assert sum(n for n, grad in calls if grad) == trained_rows
     assert sum(n for n, grad in full_calls if grad) == ROWS
     forward_only = sum(n for n, grad in calls if not grad)
-    assert forward_only == (ROWS - trained_rows if (measure_entropy or off_policy) else int(trained_rows == 0))
+    assert forward_only == (
+        ROWS - trained_rows if (measure_entropy or off_policy) else int(trained_rows == 0)
+    )
     assert metrics.pop("actor/skipped_backward_frac") == pytest.approx(len(zero_groups) * 4 / ROWS)
     assert metrics.keys() == full_metrics.keys()
     for key, value in full_metrics.items():
