@@ -158,12 +158,15 @@ def grouped_batch(vocab_size: int, groups: int = 3, n: int = 4, seed: int = 0, p
     return input_ids, attention_mask, position_ids, responses, response_mask
 
 
-def test_shared_prompts_give_the_same_log_probs_and_gradients(model_dir):
+@pytest.mark.parametrize("prefix", [0, 9], ids=["distinct", "shared-prefix"])
+def test_shared_prompts_give_the_same_log_probs_and_gradients(model_dir, prefix):
+    """Each distinct prompt runs once; with ``prefix`` all prompts start alike (a system prompt) and those tokens
+    run once, as one row, before them. The same log-probs, entropies and gradients."""
     model = load_hf_model(model_dir, attn_implementation="eager")
-    batch = grouped_batch(model.config.vocab_size)
-    prompt_tokens = []
+    batch = grouped_batch(model.config.vocab_size, prefix=prefix)
+    passes = []
     hook = model.get_decoder().register_forward_pre_hook(
-        lambda m, args, kwargs: prompt_tokens.append(kwargs["input_ids"].shape), with_kwargs=True
+        lambda m, args, kwargs: passes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
     )
     results = []
     for share in (False, True):
@@ -179,33 +182,9 @@ def test_shared_prompts_give_the_same_log_probs_and_gradients(model_dir):
     torch.testing.assert_close(ent_b, ent_a, atol=1e-5, rtol=1e-5)
     for name in grads_a:
         torch.testing.assert_close(grads_b[name], grads_a[name], atol=1e-5, rtol=1e-4)
-    # Unshared: all 12 rows at full width (6 + 5). Shared: the 3 distinct prompts once, then the 12 rows'
-    # responses cut to the longest (4 tokens, response lengths are drawn from 0..4).
+    # Unshared: all 12 rows at full width (prefix + 6 prompt + 5 response columns). Shared: the prefix once, the
+    # 3 distinct prompts' rest (the longest: 6 tokens), then the 12 rows' responses cut to the longest (response
+    # lengths are drawn from 0..4).
     longest = int(batch[-1].sum(-1).max())
-    assert prompt_tokens == [torch.Size([12, 11]), torch.Size([3, 6]), torch.Size([12, longest])]
-
-
-def test_a_prefix_common_to_all_prompts_is_computed_once(model_dir):
-    """Prompts that start alike (the system prompt): those tokens run once as one row, the same log-probs and
-    gradients."""
-    model = load_hf_model(model_dir, attn_implementation="eager")
-    batch = grouped_batch(model.config.vocab_size, prefix=9)
-    passes = []
-    hook = model.get_decoder().register_forward_pre_hook(
-        lambda m, args, kwargs: passes.append(kwargs["input_ids"].shape), with_kwargs=True
-    )
-    results = []
-    for share in (False, True):
-        model.zero_grad()
-        log_probs, _ = PolicyScorer(model, share_prompts=share)(*batch, temperature=0.9)
-        (log_probs * batch[-1]).sum().backward()
-        results.append((log_probs, grads(model)))
-    hook.remove()
-    (lp_a, grads_a), (lp_b, grads_b) = results
-    torch.testing.assert_close(lp_b, lp_a, atol=1e-5, rtol=1e-5)
-    for name in grads_a:
-        torch.testing.assert_close(grads_b[name], grads_a[name], atol=1e-5, rtol=1e-4)
-    # Unshared: 12 rows x (15 prompt + 5 response columns). Shared: the 9 prefix tokens once, the 3 prompts'
-    # rest (the longest has 6 more tokens), then the 12 rows' responses cut to the longest.
-    longest = int(batch[-1].sum(-1).max())
-    assert passes == [(12, 20), (1, 9), (3, 6), (12, longest)]
+    prefix_pass = [(1, prefix)] if prefix else []
+    assert passes == [(12, prefix + 11), *prefix_pass, (3, 6), (12, longest)]
