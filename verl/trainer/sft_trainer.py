@@ -29,6 +29,7 @@ from verl.utils.seeding import set_seed
 from verl.utils.threads import choose_torch_threads, configure_torch_threads
 from verl.utils.tracking import Tracking
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
+from verl.workers.worker_setup import attention_for
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ def _train(config: Any, out_dir: Path) -> None:
     model = load_hf_model(
         config.model.path,
         torch_dtype=config.model.torch_dtype,
-        attn_implementation=config.model.attn_implementation,
+        attn_implementation=attention_for(config.model.attn_implementation, remove_padding=False),
         trust_remote_code=config.model.trust_remote_code,
         key="model.path",
         override_config=OmegaConf.to_container(config.model.override_config),

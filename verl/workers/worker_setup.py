@@ -21,6 +21,7 @@ from verl.protocol import DataProto
 from verl.utils.heap import trim_after_long_call
 from verl.utils.seeding import set_seed
 from verl.utils.threads import configure_torch_threads, threads_for_run
+from verl.workers.engine.attention import register_grouped_sdpa
 from verl.workers.engine.distributed import init_distributed, process_group_backend
 from verl.workers.engine.optim import build_lr_scheduler, build_optimizer
 from verl.workers.engine.packing import packed_attention_implementation
@@ -43,8 +44,11 @@ def prepare_for_training(
 
 def attention_for(configured: str, remove_padding: bool) -> str:
     """The attention implementation to load a model with: one that runs packed batches when
-    ``remove_padding`` is on (see verl.workers.engine.packing)."""
-    return packed_attention_implementation(configured) if remove_padding else configured
+    ``remove_padding`` is on (see verl.workers.engine.packing), and for ``sdpa`` otherwise ``verl_sdpa``
+    (the same SDPA, grouped-query heads not repeated on a CPU: verl.workers.engine.attention)."""
+    if remove_padding:
+        return packed_attention_implementation(configured)
+    return register_grouped_sdpa() if configured == "sdpa" else configured
 
 
 def on_device(method: Callable[..., Any]) -> Callable[..., Any]:

@@ -11,7 +11,8 @@ For SDPA and eager attention, where transformers would attend over the whole pac
 T x T block-diagonal mask, this module registers the attention implementation ``verl_varlen``: with
 ``cu_seq_lens_q`` present it gathers the rows into a ``[rows, max_len]`` batch *for the attention only*
 (the linear layers, the bulk of the work, stay on the T real tokens) and runs causal SDPA on it; any
-call without them (generation, padded passes) is plain SDPA, so the same model serves the rollout.
+call without them (generation, padded passes) is SDPA as ``verl_sdpa`` runs it
+(`verl.workers.engine.attention`), so the same model serves the rollout.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from typing import Any
 
 import torch
 from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from verl.workers.engine.attention import grouped_sdpa_attention
 
 VARLEN_ATTENTION = "verl_varlen"
 # Attention implementations that run a packed batch natively: cu_seq_lens go straight to their kernel.
@@ -49,7 +51,7 @@ def varlen_sdpa_attention(
     kwargs.pop("cu_seq_lens_k", None)
     kwargs.pop("max_length_k", None)
     if cu_seq_lens_q is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+        return grouped_sdpa_attention(module, query, key, value, attention_mask, **kwargs)
     lengths = cu_seq_lens_q[1:] - cu_seq_lens_q[:-1]
     max_len = int(max_length_q) if max_length_q is not None else int(lengths.max())
     offsets = torch.arange(max_len, device=query.device)
@@ -63,7 +65,7 @@ def varlen_sdpa_attention(
         return x[0][:, gather].unflatten(1, (rows, max_len)).transpose(0, 1)
 
     kwargs.pop("is_causal", None)
-    out, _ = sdpa_attention_forward(
+    out, _ = grouped_sdpa_attention(
         module, to_rows(query), to_rows(key), to_rows(value), None, is_causal=True, **kwargs
     )
     # out: [rows, max_len, heads, d] -> the real positions, in packed order: [1, T, heads, d]
