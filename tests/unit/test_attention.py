@@ -6,24 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from verl.models import load_hf_model, make_tiny_model
+from verl.models import load_hf_model
 from verl.workers.engine.attention import GROUPED_SDPA, grouped_sdpa_attention, register_grouped_sdpa
 from verl.workers.engine.scoring import PolicyScorer
 from verl.workers.worker_setup import attention_for
-
-
-@pytest.fixture(scope="module")
-def gqa_model_dir(tmp_path_factory):
-    # 4 query heads share 2 key/value heads, as in Qwen2 and SmolLM2.
-    return make_tiny_model(
-        tmp_path_factory.mktemp("gqa"),
-        arch="qwen2",
-        hidden_size=64,
-        num_hidden_layers=2,
-        intermediate_size=128,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
 
 
 def padded_batch(vocab_size: int):
@@ -64,9 +50,10 @@ def score_with_saved_bytes(model: torch.nn.Module, batch, share_prompts: bool):
 
 
 @pytest.mark.parametrize("share_prompts", [False, True])
-def test_grouped_sdpa_equals_sdpa_and_keeps_less_for_the_backward(gqa_model_dir, share_prompts):
-    plain = load_hf_model(gqa_model_dir, attn_implementation="sdpa")
-    grouped = load_hf_model(gqa_model_dir, attn_implementation=register_grouped_sdpa())
+def test_grouped_sdpa_equals_sdpa_and_keeps_less_for_the_backward(tiny_model_dir, share_prompts):
+    plain = load_hf_model(tiny_model_dir, attn_implementation="sdpa")
+    grouped = load_hf_model(tiny_model_dir, attn_implementation=register_grouped_sdpa())
+    assert plain.config.num_attention_heads > plain.config.num_key_value_heads  # grouped-query attention
     batch = padded_batch(plain.config.vocab_size)
     log_probs, grads, plain_bytes = score_with_saved_bytes(plain, batch, share_prompts)
     grouped_log_probs, grouped_grads, grouped_bytes = score_with_saved_bytes(grouped, batch, share_prompts)
@@ -78,9 +65,9 @@ def test_grouped_sdpa_equals_sdpa_and_keeps_less_for_the_backward(gqa_model_dir,
     assert grouped_bytes < plain_bytes
 
 
-def test_grouped_sdpa_generates_what_sdpa_generates(gqa_model_dir):
-    plain = load_hf_model(gqa_model_dir, attn_implementation="sdpa").eval()
-    grouped = load_hf_model(gqa_model_dir, attn_implementation=register_grouped_sdpa()).eval()
+def test_grouped_sdpa_generates_what_sdpa_generates(tiny_model_dir):
+    plain = load_hf_model(tiny_model_dir, attn_implementation="sdpa").eval()
+    grouped = load_hf_model(tiny_model_dir, attn_implementation=register_grouped_sdpa()).eval()
     input_ids, attention_mask, *_ = padded_batch(plain.config.vocab_size)
     prompts, mask = input_ids[:, :5], attention_mask[:, :5]
     kwargs = dict(attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=0)
