@@ -6,29 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.unit._batches import grouped_batch
 from verl.models import load_hf_model
 from verl.workers.engine.attention import GROUPED_SDPA, grouped_sdpa_attention, register_grouped_sdpa
 from verl.workers.engine.scoring import PolicyScorer
 from verl.workers.worker_setup import attention_for
-
-
-def padded_batch(vocab_size: int):
-    """Three left-padded prompts with right-padded responses, two rows per prompt (GRPO's groups)."""
-    generator = torch.Generator().manual_seed(0)
-    prompt_lengths, response_lengths = [5, 5, 2, 2, 4, 4], [6, 3, 6, 1, 4, 6]
-    width, response_width = 5, 6
-    input_ids = torch.randint(3, vocab_size, (6, width + response_width), generator=generator)
-    input_ids[1, :width], input_ids[3, :width], input_ids[5, :width] = (
-        input_ids[0, :width],
-        input_ids[2, :width],
-        input_ids[4, :width],
-    )
-    attention_mask = torch.ones_like(input_ids)
-    for row, (p, r) in enumerate(zip(prompt_lengths, response_lengths, strict=True)):
-        attention_mask[row, : width - p] = 0
-        attention_mask[row, width + r :] = 0
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    return input_ids, attention_mask, position_ids, input_ids[:, width:], attention_mask[:, width:]
 
 
 def score_with_saved_bytes(model: torch.nn.Module, batch, share_prompts: bool):
@@ -54,7 +36,7 @@ def test_grouped_sdpa_equals_sdpa_and_keeps_less_for_the_backward(tiny_model_dir
     plain = load_hf_model(tiny_model_dir, attn_implementation="sdpa")
     grouped = load_hf_model(tiny_model_dir, attn_implementation=register_grouped_sdpa())
     assert plain.config.num_attention_heads > plain.config.num_key_value_heads  # grouped-query attention
-    batch = padded_batch(plain.config.vocab_size)
+    batch = grouped_batch(plain.config.vocab_size)
     log_probs, grads, plain_bytes = score_with_saved_bytes(plain, batch, share_prompts)
     grouped_log_probs, grouped_grads, grouped_bytes = score_with_saved_bytes(grouped, batch, share_prompts)
     torch.testing.assert_close(grouped_log_probs, log_probs, rtol=1e-5, atol=1e-6)
@@ -68,8 +50,9 @@ def test_grouped_sdpa_equals_sdpa_and_keeps_less_for_the_backward(tiny_model_dir
 def test_grouped_sdpa_generates_what_sdpa_generates(tiny_model_dir):
     plain = load_hf_model(tiny_model_dir, attn_implementation="sdpa").eval()
     grouped = load_hf_model(tiny_model_dir, attn_implementation=register_grouped_sdpa()).eval()
-    input_ids, attention_mask, *_ = padded_batch(plain.config.vocab_size)
-    prompts, mask = input_ids[:, :5], attention_mask[:, :5]
+    input_ids, attention_mask, _, responses, _ = grouped_batch(plain.config.vocab_size)
+    width = input_ids.shape[1] - responses.shape[1]
+    prompts, mask = input_ids[:, :width], attention_mask[:, :width]
     kwargs = dict(attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=0)
     assert torch.equal(grouped.generate(prompts, **kwargs), plain.generate(prompts, **kwargs))
 

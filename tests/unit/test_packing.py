@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.unit._batches import grouped_batch
 from verl.models import load_hf_model, load_value_model, make_tiny_model
 from verl.workers.engine.packing import pack, packed_attention_implementation, packed_positions
 from verl.workers.engine.scoring import PolicyScorer, ValueScorer, response_positions
@@ -132,30 +133,6 @@ def test_generation_is_unchanged_by_the_packed_attention(model_dir):
     out_plain = plain.generate(input_ids=prompt_ids, attention_mask=prompt_mask, **kwargs)
     out_varlen = varlen.generate(input_ids=prompt_ids, attention_mask=prompt_mask, **kwargs)
     assert torch.equal(out_plain, out_varlen)
-
-
-def grouped_batch(vocab_size: int, groups: int = 3, n: int = 4, seed: int = 0, prefix: int = 0):
-    """``groups`` prompts (left-padded, lengths differ) each followed by ``n`` right-padded responses,
-    the rows of a group shuffled among the others (as balancing across ranks leaves them); with ``prefix``,
-    every prompt starts with the same ``prefix`` tokens (a chat template's system prompt)."""
-    generator = torch.Generator().manual_seed(seed)
-    prompt_width, response_width = 6 + prefix, 5
-    prompts = torch.randint(3, vocab_size, (groups, prompt_width), generator=generator)
-    prompt_mask = torch.ones_like(prompts)
-    shared = torch.randint(3, vocab_size, (prefix,), generator=generator)
-    for g, length in enumerate([6, 2, 4][:groups]):
-        prompt_mask[g, : prompt_width - length - prefix] = 0
-        prompts[g, prompt_width - length - prefix : prompt_width - length] = shared
-    order = torch.randperm(groups * n, generator=generator)
-    group_of_row = torch.arange(groups).repeat_interleave(n)[order]
-    responses = torch.randint(3, vocab_size, (groups * n, response_width), generator=generator)
-    response_lengths = torch.randint(0, response_width, (groups * n,), generator=generator)
-    response_lengths[0] = 1
-    response_mask = (torch.arange(response_width)[None, :] < response_lengths[:, None]).long()
-    input_ids = torch.cat([prompts[group_of_row], responses], dim=1)
-    attention_mask = torch.cat([prompt_mask[group_of_row], response_mask], dim=1)
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    return input_ids, attention_mask, position_ids, responses, response_mask
 
 
 @pytest.mark.parametrize("prefix", [0, 9], ids=["distinct", "shared-prefix"])
