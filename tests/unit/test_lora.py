@@ -23,6 +23,7 @@ from verl.models.lora import (
     apply_lora,
     has_adapters,
     merged_copy,
+    round_merged,
 )
 from verl.protocol import DataProto
 from verl.workers.actor import Actor, compute_log_prob
@@ -215,6 +216,57 @@ def test_lean_decode_of_adapters_is_the_merged_models(tiny_model_dir):
     assert not lean_decoder_supported(
         get_peft_model(load_hf_model(tiny_model_dir), embedding).get_base_model()
     )
+
+
+def test_round_merged_rounds_bf16_up_as_often_as_the_fraction_says():
+    """1 + a quarter of bf16's step at 1 (2^-7): to nearest it is 1, every time; here a quarter of the elements
+    round up to 1 + 2^-7 and the rest down to 1, so the mean is the float32 value; the same for negatives."""
+    step = 2.0**-7
+    weight = torch.full((256, 256), 1 + step / 4)
+    assert torch.equal(weight.to(torch.bfloat16).float(), torch.ones(256, 256))
+    for sign in (1, -1):
+        rounded = round_merged(sign * weight, torch.bfloat16, seed=0)
+        assert rounded.dtype == torch.bfloat16 and rounded.shape == weight.shape
+        values = rounded.float().unique().tolist()
+        assert sorted(abs(v) for v in values) == [1.0, 1 + step]
+        up = (rounded.float().abs() > 1).float().mean().item()
+        assert abs(up - 0.25) < 0.02
+    # values on bf16's grid stay; the same seed rounds the same way; another seed another way
+    grid = torch.randn(64, 96).to(torch.bfloat16).float()
+    assert torch.equal(round_merged(grid, torch.bfloat16, seed=3).float(), grid)
+    noisy = torch.randn(64, 96)
+    assert torch.equal(round_merged(noisy, torch.bfloat16, 1), round_merged(noisy, torch.bfloat16, 1))
+    assert not torch.equal(round_merged(noisy, torch.bfloat16, 1), round_merged(noisy, torch.bfloat16, 2))
+    # float32 is not rounded, float16 to nearest
+    assert torch.equal(round_merged(noisy, torch.float32, 0), noisy)
+    assert torch.equal(round_merged(noisy, torch.float16, 0), noisy.to(torch.float16))
+
+
+def test_lean_decode_keeps_a_small_update_to_a_bf16_base(tiny_model_dir, monkeypatch):
+    """The bf16 actor holds its LoRA base in bf16; the lean decode's merged weight in bf16 must still carry an
+    update under half a bf16 step (the first steps' adapters), which rounding to nearest drops."""
+    from verl.utils.precision import compute_in, hold_frozen_weights_in
+    from verl.workers.rollout.lean_weights import LeanWeights
+
+    monkeypatch.setattr(LeanWeights, "matmul_override", "torch")  # F.linear: the weight kept readable
+    model = with_trained_adapters(lora_model(tiny_model_dir)).eval()
+    hold_frozen_weights_in(model, torch.bfloat16)
+    layers = [layer.mlp.down_proj for layer in model.model.layers]
+    with torch.no_grad():
+        for layer in layers:
+            layer.lora_B["default"].weight.mul_(5e-6 / layer.get_delta_weight("default").abs().mean())
+        base = torch.cat([layer.base_layer.weight.float().flatten() for layer in layers])
+        delta = torch.cat([layer.get_delta_weight("default").float().flatten() for layer in layers])
+        with compute_in(torch.bfloat16):
+            weights = LeanWeights.gather(model)
+    decoded = torch.cat([w.down.weight.flatten() for w in weights.layers])
+    assert decoded.dtype == torch.bfloat16
+
+    def kept(w: torch.Tensor) -> float:
+        return float((w.float() - base) @ delta / (delta @ delta))
+
+    assert kept((base + delta).to(torch.bfloat16)) < 0.5  # most of the update lost to nearest rounding
+    assert 0.8 < kept(decoded) < 1.2
 
 
 def test_a_target_module_that_matches_nothing_names_the_key_and_the_layers(tiny_model_dir):

@@ -131,7 +131,8 @@ def hold_frozen_weights_in(model: torch.nn.Module, dtype: torch.dtype | None) ->
     other frozen weights copied out of the checkpoint file they were loaded from; the number of bytes freed.
 
     The same numbers as `frozen_linear_weights_in` (every matmul of a frozen base weight runs in ``dtype``
-    under autocast, and LoRA's merge into a weight for decoding starts from the same bf16 value either way), without
+    under autocast; LoRA's merge into a weight for decoding, `verl.models.lora.round_merged`, rounds without bias
+    onto bf16's grid, where this base lies), without
     the fp32 copies it puts back: SmolLM2-135M's base is 0.21 GB of bf16 instead of 0.54 GB of fp32. A LoRA base
     never trains and is never saved (checkpoints hold the adapters, `verl export` reads the base from its
     path). The copies matter as much: transformers maps the safetensors file into memory, and while any tensor

@@ -9,7 +9,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from verl.models.lora import adapter_delta
+from verl.models.lora import adapter_delta, round_merged
 
 
 def onednn_linear_available() -> bool:
@@ -96,15 +96,19 @@ def _concat_bias(projections: list[tuple[torch.Tensor, torch.Tensor | None]]) ->
     return torch.cat(biases).detach()
 
 
-def projection(module: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+def projection(
+    module: torch.nn.Module, dtype: torch.dtype | None = None, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The weight and bias a projection computes with: an ``nn.Linear``'s own, or for a peft LoRA layer its
-    base weight with its active adapters merged in (`verl.models.lora.adapter_delta`), rounded once to the base
-    weight's dtype. Nothing is added while the adapters are disabled (the reference policy) or already merged."""
+    base weight with its active adapters merged in (`verl.models.lora.adapter_delta`), rounded once to
+    ``dtype`` (None: the base weight's), without bias (`verl.models.lora.round_merged`, ``seed`` fixing its
+    thresholds). Nothing is added while the adapters are disabled (the reference policy) or already merged."""
     base = module.get_base_layer() if hasattr(module, "get_base_layer") else module
     delta = adapter_delta(module)
     if delta is None:
         return base.weight, base.bias
-    return (base.weight.detach().float() + delta).to(base.weight.dtype), base.bias
+    merged = base.weight.detach().float() + delta
+    return round_merged(merged, dtype or base.weight.dtype, seed), base.bias
 
 
 def _base_weight(module: torch.nn.Module) -> torch.Tensor:
@@ -202,8 +206,11 @@ class LeanWeights:
             return _Linear(list(projections), matmul, fuse, compute_dtype)
 
         layers = []
-        for layer, group in zip(inner.layers, layers_linears, strict=True):
-            q, k, v, o, gate, up, down = (projection(lin) for lin in group)  # merging costs a matmul: once
+        for index, (layer, group) in enumerate(zip(inner.layers, layers_linears, strict=True)):
+            # merging costs a matmul: once; each projection's own rounding thresholds (`round_merged`)
+            q, k, v, o, gate, up, down = (
+                projection(lin, compute_dtype, seed=8 * index + slot) for slot, lin in enumerate(group)
+            )
             layers.append(
                 _LayerWeights(
                     ln1=layer.input_layernorm.weight,
@@ -220,7 +227,7 @@ class LeanWeights:
             embed=inner.embed_tokens.weight,
             final_norm=inner.norm.weight,
             final_eps=inner.norm.variance_epsilon,
-            lm_head=linear(projection(model.lm_head)),
+            lm_head=linear(projection(model.lm_head, compute_dtype, seed=8 * len(layers))),
             layers=layers,
             matmul=matmul,
             fused=fuse,

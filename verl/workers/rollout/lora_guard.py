@@ -188,7 +188,8 @@ def check_vllm_merged(llm: Any, model: torch.nn.Module, version: int) -> None:
     weight = merged_weight(layers[name], full(layers[name].get_base_layer().weight))
     want = probe @ weight.T
     eps = torch.finfo(engine_dtype).eps
-    # the probe and the weight each rounded once to the engine's dtype, the sum accumulated in float32
+    # the probe rounded to the engine's dtype (half a step), the weight too (`round_merged`: within a step), the
+    # sum accumulated in float32
     bound = (2 * eps + widths[name] * torch.finfo(torch.float32).eps) * float(
         (probe.abs() @ weight.abs().T).max()
     )

@@ -25,7 +25,7 @@ import torch
 from omegaconf import OmegaConf
 
 from verl.models.loading import resolve_dtype
-from verl.models.lora import adapter_delta, has_adapters
+from verl.models.lora import adapter_delta, has_adapters, round_merged
 from verl.protocol import DataProto
 from verl.workers.rollout.base import (
     RolloutEngine,
@@ -75,15 +75,15 @@ def adapted_layers(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
     return {f"{prefix}.weight": m for prefix, m in model.named_modules() if isinstance(m, LoraLayer)}
 
 
-def merged_policy_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+def merged_policy_weights(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
     """:func:`policy_weights` with each LoRA layer's adapters merged into its weight (verl's
-    ``model.lora.merge``, `merged_weight`), sent in float32 so the engine rounds the merged weight once, to its
-    own dtype (a sum rounded to a bf16 base would lose most of a small update). The engine then generates with
-    plain weights, without LoRA kernels."""
+    ``model.lora.merge``, `merged_weight`), the merged weight rounded once, to the engine's ``dtype``, without
+    bias (`verl.models.lora.round_merged`: rounded to nearest bf16, a small update to a bf16 base is lost).
+    The engine then generates with plain weights, without LoRA kernels."""
     layers = adapted_layers(model)
-    for name, tensor in policy_weights(model):
-        module = layers.get(name)
-        yield name, (merged_weight(module, tensor) if module is not None else tensor)
+    for index, (name, tensor) in enumerate(policy_weights(model)):
+        delta = adapter_delta(layers[name], full) if name in layers else None
+        yield name, tensor if delta is None else round_merged(tensor.float() + delta, dtype, index)
 
 
 def start_in_process(start: Callable[[], T]) -> T:
@@ -216,7 +216,7 @@ class ServedEngine(RolloutEngine):
         """:func:`policy_weights` (:func:`merged_policy_weights` with ``merge_lora``) produced a bucket at a time
         (``update_weights_bucket_megabytes``: at most one bucket of gathered full tensors alive besides the
         engine's copy), buckets and bytes counted into the sync's figures."""
-        weights = merged_policy_weights(model) if self.merge_lora else policy_weights(model)
+        weights = merged_policy_weights(model, self.dtype) if self.merge_lora else policy_weights(model)
         return bucketed_stream(weights, self.sync.bucket_bytes, self._counts)
 
     def check_version(self, expected: int | None) -> None:
