@@ -39,6 +39,11 @@ def test_old_log_probs_are_recomputed_when_the_actor_computes_in_reduced_precisi
     assert plan_of(*fsdp).old_log_probs == "from_rollout"  # on the CPU FSDP2 computes in the weights' fp32
     bf16 = "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16"
     assert plan_of(*fsdp, bf16).old_log_probs == "recompute"
+    # LoRA under the plain strategy's bf16 autocast: the engine's merged adapters are not the actor's arithmetic
+    lora = (two_steps, "actor_rollout_ref.model.lora_rank=8")
+    assert plan_of(*lora, bf16).old_log_probs == "recompute"
+    fp32 = "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32"
+    assert plan_of(*lora, fp32).old_log_probs == "from_rollout"
 
 
 def test_kl_terms_need_the_reference():

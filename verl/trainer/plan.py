@@ -14,6 +14,7 @@ from verl.config import DerivedSizes, TrainerConfig
 from verl.config.backends import training_strategy
 from verl.config.validation_distillation import distillation_enabled
 from verl.models.loading import resolve_dtype
+from verl.models.lora import lora_enabled
 from verl.models.plumbing import resolve_device
 from verl.workers.rollout import get_rollout_class
 
@@ -209,17 +210,32 @@ def _rollout_ahead(config: TrainerConfig) -> float | None:
 
 def reduced_precision(config: TrainerConfig) -> bool:
     """Whether the actor computes in bf16 / fp16 (its weights' dtype, or FSDP2's mixed precision: bf16 on a
-    GPU unless set). The rollout engine's log-probs equal the actor's only in fp32: in a reduced precision
-    the engine's decode step and the actor's forward round differently, so π_old is recomputed."""
+    GPU unless set), or trains LoRA adapters under the plain strategy's bf16 autocast. The rollout engine's
+    log-probs equal the actor's only in fp32: in a reduced precision the engine's decode step and the actor's
+    forward round differently, so π_old is recomputed. With LoRA the gap is the adapter's: the engine decodes
+    with the adapters merged into its weights and rounded without bias (`verl.models.lora.round_merged`),
+    where the actor's forward adds the LoRA branch to a rounded bf16 output and loses much of a small update."""
     arr = config.actor_rollout_ref
     if resolve_dtype(arr.model.torch_dtype) != torch.float32:
         return True
     if training_strategy(config) != "fsdp2":
-        return False
+        return lora_enabled(arr.model) and _autocast_dtype(config) not in (None, torch.float32)
     param_dtype = arr.actor.fsdp_config.mixed_precision.param_dtype
     if param_dtype is None:
         return resolve_device(config.trainer.device).type == "cuda"
     return resolve_dtype(param_dtype) != torch.float32
+
+
+def _autocast_dtype(config: TrainerConfig) -> torch.dtype | None:
+    """The dtype the plain strategy's actor autocasts to, chosen as its worker chooses it."""
+    from verl.utils.precision import choose_compute_dtype
+
+    arr = config.actor_rollout_ref
+    return choose_compute_dtype(
+        arr.actor.fsdp_config.mixed_precision.param_dtype,
+        device=resolve_device(config.trainer.device),
+        weights_dtype=resolve_dtype(arr.model.torch_dtype),
+    ).dtype
 
 
 def _streaming(config: TrainerConfig) -> str | None:
