@@ -111,7 +111,7 @@ def round_merged(weight: torch.Tensor, dtype: torch.dtype, seed: int) -> torch.T
     generator = torch.Generator().manual_seed(seed)
     rows = torch.randint(0, 1 << 16, (matrix.shape[0], 1), dtype=torch.int32, generator=generator)
     cols = torch.randint(0, 1 << 16, (1, matrix.shape[1]), dtype=torch.int32, generator=generator)
-    bits = matrix.view(torch.int32) + (rows ^ cols).to(matrix.device)
+    bits = matrix.view(torch.int32) + (rows.to(matrix.device) ^ cols.to(matrix.device))
     bits.bitwise_and_(-(1 << 16))  # the low 16 bits bf16 drops: what is left converts exactly
     return bits.view(torch.float32).to(torch.bfloat16).view(weight.shape)
 
