@@ -16,6 +16,7 @@ from verl.config.validation_distillation import distillation_enabled
 from verl.models.loading import resolve_dtype
 from verl.models.lora import lora_enabled
 from verl.models.plumbing import resolve_device
+from verl.utils.precision import actor_compute_choice
 from verl.workers.rollout import get_rollout_class
 
 OldLogProbs = Literal["recompute", "from_rollout", "not_needed"]
@@ -219,23 +220,11 @@ def reduced_precision(config: TrainerConfig) -> bool:
     if resolve_dtype(arr.model.torch_dtype) != torch.float32:
         return True
     if training_strategy(config) != "fsdp2":
-        return lora_enabled(arr.model) and _autocast_dtype(config) not in (None, torch.float32)
+        return lora_enabled(arr.model) and actor_compute_choice(config).dtype not in (None, torch.float32)
     param_dtype = arr.actor.fsdp_config.mixed_precision.param_dtype
     if param_dtype is None:
         return resolve_device(config.trainer.device).type == "cuda"
     return resolve_dtype(param_dtype) != torch.float32
-
-
-def _autocast_dtype(config: TrainerConfig) -> torch.dtype | None:
-    """The dtype the plain strategy's actor autocasts to, chosen as its worker chooses it."""
-    from verl.utils.precision import choose_compute_dtype
-
-    arr = config.actor_rollout_ref
-    return choose_compute_dtype(
-        arr.actor.fsdp_config.mixed_precision.param_dtype,
-        device=resolve_device(config.trainer.device),
-        weights_dtype=resolve_dtype(arr.model.torch_dtype),
-    ).dtype
 
 
 def _streaming(config: TrainerConfig) -> str | None:

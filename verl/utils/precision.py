@@ -185,20 +185,25 @@ def rollout_compute_dtype(
     return None if dtype == model_dtype(model) else dtype
 
 
-def actor_compute_line(config: Any) -> str:
-    """The start-up line of what the actor computes in, decided from the config as its worker decides it."""
-    from verl.config.backends import training_strategy
+def actor_compute_choice(config: Any) -> ComputeDtype:
+    """What the actor computes in, decided from the config as its worker decides it (the start-up line, the
+    step plan)."""
     from verl.models.plumbing import resolve_device
 
-    key = "actor_rollout_ref.actor.fsdp_config"
     arr = config.actor_rollout_ref
-    choice = choose_compute_dtype(
+    return choose_compute_dtype(
         arr.actor.fsdp_config.mixed_precision.param_dtype,
         device=resolve_device(config.trainer.device),
         weights_dtype=resolve_dtype(arr.model.torch_dtype),
-        key=f"{key}.mixed_precision.param_dtype",
+        key="actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype",
     )
-    line = choice.describe("actor")
+
+
+def actor_compute_line(config: Any) -> str:
+    """The start-up line of what the actor computes in (`actor_compute_choice`)."""
+    from verl.config.backends import training_strategy
+
+    line = actor_compute_choice(config).describe("actor")
     if training_strategy(config) == "fsdp2":
         line += "; FSDP2 gathers the weights in it (MixedPrecisionPolicy)"
     return line
