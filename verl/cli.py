@@ -85,7 +85,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from verl.trainer.prepare import check_inputs, plan_inputs, prepare_inputs, resolve_inputs
     from verl.trainer.rl_trainer import RLTrainer
     from verl.trainer.run_dir import check_run_directory
+    from verl.utils.threads import drive_on_one_openmp_thread
 
+    # The run computes on its workers' threads; this one only drives, and must hold no OpenMP team of its
+    # own from the data and model preparation below (see the function).
+    drive_on_one_openmp_thread()
     overrides = list(args.overrides)
     if args.controller:
         overrides.append(f"trainer.controller={args.controller}")

@@ -40,6 +40,7 @@ from verl.single_controller.errors import WorkerError
 from verl.single_controller.flow_log import DataFlowLog
 from verl.single_controller.flow_trace import DagTracing, _flow_label
 from verl.single_controller.role import DRIVER, Role
+from verl.utils.threads import drive_on_one_openmp_thread
 
 __all__ = ["Controller", "DataChannel", "Role", "StepError", "StepOutputs"]
 
@@ -62,7 +63,12 @@ class Controller(DagTracing):
         self.groups: dict[str, WorkerGroup] = {}
         self.restarts: dict[str, int] = {}
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="verl-step")
+        # The step threads only drive (the workers compute): no OpenMP team of theirs (see the function)
+        self._pool = ThreadPoolExecutor(
+            max_workers=max_concurrency,
+            thread_name_prefix="verl-step",
+            initializer=drive_on_one_openmp_thread,
+        )
         self._last_of_role: dict[str, _Node] = {}
         self._unfinished: set[_Node] = set()
         self._dag_nodes: list[_Node] = []
@@ -95,7 +101,9 @@ class Controller(DagTracing):
         if self.backend == "local":
             from verl.single_controller.local import LocalWorkerGroup
 
-            return LocalWorkerGroup(role.worker_class, role.num_workers, role.init_kwargs, name=role.name)
+            return LocalWorkerGroup(
+                role.worker_class, role.num_workers, role.init_kwargs, name=role.name, computes=role.computes
+            )
         from verl.single_controller.ray import RayWorkerGroup
 
         colocate = None

@@ -23,6 +23,9 @@ class Role:
     processes are). ``timeout_s`` is the Ray backend's deadline for each call: a rank without a result by
     then fails the call as hung, named with its Python stack; so does a rank whose process answers no
     heartbeat for ``heartbeat_timeout_s``, as soon as that is seen.
+    ``computes=False`` says the role's workers run no heavy torch work (a rule-based reward): in-process,
+    their thread then runs torch ops on one OpenMP thread and holds no OpenMP team that would slow the
+    computing threads' (:func:`verl.utils.threads.drive_on_one_openmp_thread`).
     ``on_failure`` is ``"fail"`` or ``"restart"`` (rebuild the workers, restore their saved state,
     retry the step, at most ``max_restarts`` times over the run).
     """
@@ -40,6 +43,7 @@ class Role:
     heartbeat_timeout_s: float | None = None
     on_failure: str = "fail"
     max_restarts: int = 3
+    computes: bool = True
 
     def __post_init__(self) -> None:
         if self.on_failure not in ("fail", "restart"):

@@ -60,7 +60,7 @@ from verl.utils.checkpoint import rng_state, set_rng_state
 from verl.utils.heap import TRIM_EVERY_STEPS, release_free_heap
 from verl.utils.precision import actor_compute_line
 from verl.utils.seeding import set_seed
-from verl.utils.threads import configure_torch_threads, threads_for_run
+from verl.utils.threads import configure_torch_threads, drive_on_one_openmp_thread, threads_for_run
 from verl.utils.timing import marked_timer
 from verl.utils.tracking import Tracking
 from verl.workers.reward import REWARD_ERROR_KEY
@@ -115,6 +115,7 @@ class RLTrainer:
         self.sizes = derive_sizes(config)
         self.threads = threads_for_run(config)
         configure_torch_threads(self.threads)
+        drive_on_one_openmp_thread()  # this thread drives; the workers' threads compute with self.threads
         set_seed(config.trainer.seed)
         builtin_reward = (
             reward_fn is None
@@ -221,7 +222,11 @@ class RLTrainer:
             self.genrm = GenRMService.from_config(cfg)
             init["reward_router_address"] = self.genrm.address
         workers = cfg.reward_model.num_workers
-        self.controller.register_role(Role("reward", "reward_model", RewardWorker, init, workers, **policy))
+        # a discriminative reward model computes in the reward workers; rules and a served genRM do not
+        computes = bool(cfg.reward_model.enable) and not serves_genrm(cfg)
+        self.controller.register_role(
+            Role("reward", "reward_model", RewardWorker, init, workers, computes=computes, **policy)
+        )
 
     def _collate(self, items: list[dict]) -> DataProto:
         return collate_rl(items, self.tokenizer.pad_token_id)

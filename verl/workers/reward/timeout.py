@@ -28,6 +28,8 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from verl.utils.threads import drive_on_one_openmp_thread
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -103,6 +105,7 @@ class _Run:
 
 def _serve(jobs: queue.SimpleQueue) -> None:
     """The helper thread: run batches of calls until told to stop."""
+    drive_on_one_openmp_thread()  # reward functions are light: no OpenMP team to slow the workers' threads
     while True:
         run = jobs.get()
         if run is _STOP:
