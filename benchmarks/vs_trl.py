@@ -243,7 +243,6 @@ def ours_config(model_path: str, data_dir: str, s: Settings, out_dir: str, extra
 
 
 def child_ours(spec: dict[str, Any]) -> dict[str, Any]:
-    import torch
 
     from verl.bench.step import step_runner
     from verl.trainer.rl_trainer import RLTrainer
@@ -278,7 +277,8 @@ def child_ours(spec: dict[str, Any]) -> dict[str, Any]:
             actor = trainer.controller.group("actor_rollout").workers[0]
             compute = getattr(actor, "compute", None)  # the compute dtype the worker chose, where it has one
             info = {
-                "torch_threads": torch.get_num_threads(),
+                # the workers' count (this thread only drives: one OpenMP thread, verl.utils.threads)
+                "torch_threads": trainer.threads.threads or "torch's default",
                 "trainer.torch_threads": config.trainer.torch_threads,
                 "threads_plan": getattr(getattr(trainer, "threads", None), "describe", lambda: None)(),
                 "actor_compute": compute.describe("actor") if hasattr(compute, "describe") else None,

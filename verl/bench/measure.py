@@ -269,7 +269,7 @@ def execute(setup: Setup, case: Case) -> dict[str, Any]:
         "times_s": times,
         "runs": outputs,
         "info": prepared.info,
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": case.threads,  # set above (an RLTrainer's own thread then drives on one)
         "rss_after_setup_mb": rss_before,
         "peak_rss_mb": peak,
         "peak_delta_mb": None if rss_before is None else max(peak - rss_before, 0.0),
