@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import pytest
 
@@ -40,12 +41,28 @@ def arithmetic_files(tmp_path_factory):
     )
 
 
-@pytest.fixture
-def one_torch_thread():
-    """Models this small gain nothing from a second thread, and stall on a busy machine with two."""
+@contextmanager
+def torch_threads(count: int):
+    """torch's intra-op thread count set to ``count`` for the block, then put back."""
     import torch
 
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Models this small gain nothing from a second thread, and stall on a busy machine with two."""
+    with torch_threads(1):
+        yield
+
+
+@pytest.fixture
+def two_torch_threads():
+    """Two intra-op threads, whatever the machine's default (tests of how threads share them)."""
+    with torch_threads(2):
+        yield

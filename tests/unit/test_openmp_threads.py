@@ -38,14 +38,6 @@ class _Threads(Worker):
         return torch.get_num_threads()
 
 
-@pytest.fixture
-def two_threads():
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_torch_own_runtime_is_chosen_over_other_packages_copies() -> None:
     loaded = [
         "/site/scikit_learn.libs/libgomp-a34b3233.so.1.0.0",
@@ -62,7 +54,7 @@ def test_torch_own_runtime_is_chosen_over_other_packages_copies() -> None:
 
 
 @needs_openmp
-def test_a_driving_thread_runs_on_one_openmp_thread_and_others_keep_theirs(two_threads) -> None:
+def test_a_driving_thread_runs_on_one_openmp_thread_and_others_keep_theirs(two_torch_threads) -> None:
     def drive() -> tuple[bool, int]:
         return drive_on_one_openmp_thread(), torch.get_num_threads()
 
@@ -72,7 +64,9 @@ def test_a_driving_thread_runs_on_one_openmp_thread_and_others_keep_theirs(two_t
 
 
 @needs_openmp
-def test_a_driving_thread_stays_on_one_when_a_worker_built_on_it_sets_the_run_count(two_threads) -> None:
+def test_a_driving_thread_stays_on_one_when_a_worker_built_on_it_sets_the_run_count(
+    two_torch_threads,
+) -> None:
     def drive_then_configure() -> tuple[int, int]:
         drive_on_one_openmp_thread()
         configure_torch_threads(ThreadChoice(2, "test"))  # what a worker's setup does on its thread
@@ -82,7 +76,7 @@ def test_a_driving_thread_stays_on_one_when_a_worker_built_on_it_sets_the_run_co
 
 
 @needs_openmp
-def test_in_process_groups_compute_or_drive(two_threads) -> None:
+def test_in_process_groups_compute_or_drive(two_torch_threads) -> None:
     computing = LocalWorkerGroup(_Threads, name="computing")
     driving = LocalWorkerGroup(_Threads, name="driving", computes=False)
     try:
@@ -94,7 +88,7 @@ def test_in_process_groups_compute_or_drive(two_threads) -> None:
 
 
 @needs_openmp
-def test_the_controller_step_threads_drive(two_threads) -> None:
+def test_the_controller_step_threads_drive(two_torch_threads) -> None:
     controller = Controller()
     try:
         assert controller._pool.submit(torch.get_num_threads).result() == 1
