@@ -243,7 +243,6 @@ def ours_config(model_path: str, data_dir: str, s: Settings, out_dir: str, extra
 
 
 def child_ours(spec: dict[str, Any]) -> dict[str, Any]:
-
     from verl.bench.step import step_runner
     from verl.trainer.rl_trainer import RLTrainer
 

@@ -11,6 +11,7 @@ count, so the choice is a pure function of the model, the cores and the process 
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import threading
@@ -133,6 +134,7 @@ def threads_for_run(config: Any) -> ThreadChoice:
 _this_thread = threading.local()
 
 
+@functools.cache  # the runtime torch loaded does not change: one read of /proc/self/maps per process
 def openmp_runtime() -> ctypes.CDLL | None:
     """The OpenMP runtime torch computes with (the libgomp its Linux wheels ship; libiomp5 / libomp in other
     builds), as loaded in this process; None when torch does not use OpenMP or it cannot be told which.

@@ -99,31 +99,28 @@ def grouped_matmul_attention(
     of query heads without copies: ``[batch, heads, queries, dim]``. ``mask`` is SDPA's (True or 0 where a
     query may attend; False or -inf where not). A query that may attend to nothing gets a finite uniform
     average, as transformers' eager attention gives it (SDPA's kernels differ; such rows are padding)."""
-    with torch.autocast(query.device.type, enabled=False):  # float32 matmuls, also in a bf16 forward
-        return _grouped_matmul_attention(query, key, value, mask, scale, causal)
-
-
-def _grouped_matmul_attention(query, key, value, mask, scale, causal):  # noqa: ANN001, ANN202 - see above
     batch, heads, queries, dim = query.shape
     kv_heads, keys = key.shape[1], key.shape[2]
     group = heads // kv_heads
-    q = query.float().reshape(batch, kv_heads, group * queries, dim)  # a group's heads in a row
-    scores = torch.matmul(q * scale, key.float().transpose(-1, -2)).view(
-        batch, kv_heads, group, queries, keys
-    )
     if causal:
         mask = torch.ones(queries, keys, dtype=torch.bool, device=query.device).tril(keys - queries)
-    if mask is not None:
-        if mask.dim() == 4:  # [batch or 1, heads or 1, queries, keys]: a head's mask to its group's place
-            per_head = (kv_heads, group) if mask.shape[1] > 1 else (1, 1)
-            mask = mask.view(mask.shape[0], *per_head, *mask.shape[-2:])
-        lowest = torch.finfo(torch.float32).min
-        if mask.dtype == torch.bool:
-            scores = scores.masked_fill(~mask, lowest)
-        else:
-            scores = scores + mask.float().clamp(min=lowest)
-    probs = scores.softmax(dim=-1).view(batch, kv_heads, group * queries, keys)
-    return torch.matmul(probs, value.float()).view(batch, heads, queries, dim).to(query.dtype)
+    if (
+        mask is not None and mask.dim() == 4
+    ):  # [batch or 1, heads or 1, queries, keys]: each head's to its group
+        per_head = (kv_heads, group) if mask.shape[1] > 1 else (1, 1)
+        mask = mask.view(mask.shape[0], *per_head, *mask.shape[-2:])
+    with torch.autocast(query.device.type, enabled=False):  # float32 matmuls, also in a bf16 forward
+        q = query.float().reshape(batch, kv_heads, group * queries, dim)  # a group's heads in a row
+        scores = torch.matmul(q * scale, key.float().transpose(-1, -2))
+        scores = scores.view(batch, kv_heads, group, queries, keys)
+        if mask is not None:
+            lowest = torch.finfo(torch.float32).min
+            if mask.dtype == torch.bool:
+                scores = scores.masked_fill(~mask, lowest)
+            else:
+                scores = scores + mask.float().clamp(min=lowest)
+        probs = scores.softmax(dim=-1).view(batch, kv_heads, group * queries, keys)
+        return torch.matmul(probs, value.float()).view(batch, heads, queries, dim).to(query.dtype)
 
 
 def register_grouped_sdpa() -> str:
