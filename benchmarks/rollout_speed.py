@@ -18,8 +18,8 @@ the same work. tokens/s = batch * length / wall seconds of one ``generate_sequen
 
 ``--decoders`` adds the fast engine with one choice of its lean decoder undone, each as its own column
 (``onednn``: oneDNN's matmul over the module's weights instead of prepacked copies; ``torch``:
-``F.linear``; ``hf-prefill``: the prompts through the HF forward instead of the lean ops; ``sdpa`` / ``matmul``:
-the decode step's attention always by torch's fused kernel / by two matmuls, instead of the automatic choice).
+``F.linear``; ``hf-prefill``: the prompts through the HF forward instead of the lean ops; ``sdpa``: the decode
+step's attention by torch's fused kernel over a cache in the compute dtype, instead of two float32 matmuls).
 
 ``--dtype bf16`` runs every engine under ``torch.autocast("cpu", bfloat16)``, as the trainer does on a CPU
 with bf16 instructions (``fsdp_config.mixed_precision.param_dtype`` unset).
@@ -105,7 +105,6 @@ DECODERS = {  # --decoders: the fast engine with one of its lean decoder's choic
     "fast-torch": {"matmul_override": "torch"},
     "fast-hf-prefill": {"lean_prefill": False},
     "fast-sdpa": {"decode_attention": "sdpa"},
-    "fast-matmul": {"decode_attention": "matmul"},
 }
 
 
