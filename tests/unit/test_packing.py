@@ -161,7 +161,8 @@ def test_shared_prompts_give_the_same_log_probs_and_gradients(model_dir, prefix)
         torch.testing.assert_close(grads_b[name], grads_a[name], atol=1e-5, rtol=1e-4)
     # Unshared: all 12 rows at full width (prefix + 6 prompt + 5 response columns). Shared: the prefix once, the
     # 3 distinct prompts' rest (the longest: 6 tokens), then the 12 rows' responses cut to the longest (response
-    # lengths are drawn from 0..4).
+    # lengths are drawn from 0..4) less its last token, which predicts nothing.
     longest = int(batch[-1].sum(-1).max())
+    assert longest > 1
     prefix_pass = [(1, prefix)] if prefix else []
-    assert passes == [(12, prefix + 11), *prefix_pass, (3, 6), (12, longest)]
+    assert passes == [(12, prefix + 11), *prefix_pass, (3, 6), (12, longest - 1)]

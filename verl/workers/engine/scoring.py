@@ -172,7 +172,7 @@ def shared_prompt_hidden(
     The distinct prompts (left-padded) run first, the tokens they all start with (a chat template's system
     prompt) once as one row (`verl.models.kv_cache.forward_prompts`), and their keys and values are kept;
     the cache is then gathered to one copy per row (its backward adds the rows' gradients into their
-    prompt's). The responses run last, cut to the longest one, attending to that cache. The first response
+    prompt's). The responses run last, cut to the longest one less its last token, attending to that cache. The first response
     token is predicted by the prompt's last position, the others by the response positions before them.
     ``lockstep``: FSDP ranks must make the same passes, so the prefix is shared only where every rank shares.
     """
@@ -193,10 +193,13 @@ def shared_prompt_hidden(
     # response has unscored tool tokens in between); later columns predict nothing that is scored.
     scored = response_mask.bool().any(0).nonzero()
     used = int(scored[-1]) + 1 if len(scored) else 1
+    # The last of those columns predicts nothing scored and no earlier column attends to it: it is not run (one
+    # column is, when the prompt alone predicts every scored token, so that the pass always happens).
+    run = max(used - 1, 1)
     response_out = decoder(
-        input_ids=input_ids[:, width : width + used],
-        attention_mask=torch.cat([prefix.cache_mask()[inverse], attention_mask[:, width : width + used]], 1),
-        position_ids=position_ids[:, width : width + used],
+        input_ids=input_ids[:, width : width + run],
+        attention_mask=torch.cat([prefix.cache_mask()[inverse], attention_mask[:, width : width + run]], 1),
+        position_ids=position_ids[:, width : width + run],
         use_cache=True,
         **{keyword: cache},
     )[0]
