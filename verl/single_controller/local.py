@@ -30,9 +30,10 @@ class LocalWorkerGroup(WorkerGroup):
 
     Every call runs on the group's own thread, whichever thread makes it: a worker does one thing at a
     time, as a Ray actor does, and calls on different groups may run at the same time. One fixed thread
-    per group also matters for speed: each thread that runs torch ops gets its own OpenMP thread team,
-    and idle teams spin-wait on the CPU, so torch work hopping across a pool of threads ran ~50% slower
-    (measured on 2 cores: 0.44 s vs 0.29 s per GRPO step). A group with ``computes=False`` (a rule-based
+    per group also matters for speed: each thread that runs parallel torch ops gets an OpenMP team of its
+    own, kept until the thread ends, and once a process holds more OpenMP threads than CPUs each parallel op
+    waits for its team to be woken instead of finding it spinning; torch work hopping across a pool of threads
+    ran ~50% slower (measured on 2 cores: 0.44 s vs 0.29 s per GRPO step). A group with ``computes=False`` (a rule-based
     reward) runs torch ops on one OpenMP thread, so that it holds no team of its own
     (:func:`verl.utils.threads.drive_on_one_openmp_thread`).
     """

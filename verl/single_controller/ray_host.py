@@ -31,7 +31,8 @@ class WorkerHost:
         sys.path.extend(path for path in driver_sys_path if path not in sys.path)
         self._workers: dict[str, Any] = {}
         # One thread per hosted worker, for the same reason as LocalWorkerGroup: torch work that hops
-        # across a threaded actor's pool leaves an OpenMP team spin-waiting on every thread it touched.
+        # across a threaded actor's pool leaves an OpenMP team on every thread it touched, and past one
+        # OpenMP thread per CPU every parallel op waits for its team to be woken.
         self._threads: dict[str, ThreadPoolExecutor] = {}
         self._owns_process_group: set[str] = set()
 
