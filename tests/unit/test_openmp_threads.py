@@ -1,9 +1,11 @@
 """Threads that drive compute on one OpenMP thread; the workers' threads keep the run's count
-(verl.utils.threads.drive_on_one_openmp_thread, LocalWorkerGroup(computes=...), the controller's step threads)."""
+(verl.utils.threads.drive_on_one_openmp_thread, LocalWorkerGroup(computes=...), the controller's step threads);
+exclusive roles take turns on one thread (Role(exclusive=True))."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -11,6 +13,7 @@ import torch
 
 from verl.single_controller import LocalWorkerGroup, Worker, register
 from verl.single_controller.flow import Controller
+from verl.single_controller.role import Role
 from verl.utils.threads import (
     ThreadChoice,
     configure_torch_threads,
@@ -36,6 +39,13 @@ class _Threads(Worker):
     @register()
     def threads(self) -> int:
         return torch.get_num_threads()
+
+    @register()
+    def span(self, seconds: float) -> tuple[int, float, float]:
+        """(the thread it ran on, when it started, when it ended), after ``seconds`` of sleep."""
+        start = time.perf_counter()
+        time.sleep(seconds)
+        return threading.get_ident(), start, time.perf_counter()
 
 
 def test_torch_own_runtime_is_chosen_over_other_packages_copies() -> None:
@@ -94,3 +104,22 @@ def test_the_controller_step_threads_drive(two_torch_threads) -> None:
         assert controller._pool.submit(torch.get_num_threads).result() == 1
     finally:
         controller.shutdown()
+
+
+@pytest.mark.serial  # timings
+def test_exclusive_roles_take_turns_on_one_thread_and_others_run_beside_them() -> None:
+    with Controller() as controller:
+        for name, exclusive in (("actor", True), ("critic", True), ("rm", False)):
+            controller.register_role(Role(name, worker_class=_Threads, exclusive=exclusive))
+        seconds = {"actor": 0.3, "critic": 0.3, "rm": 0.5}
+        spans = {
+            name: controller.step(role=name, method="span", inputs={"seconds": s}, outputs=["span"])["span"]
+            for name, s in seconds.items()
+        }
+        (actor_thread, *actor), (critic_thread, *critic), (rm_thread, *rm) = (
+            spans[name].get()[0] for name in ("actor", "critic", "rm")
+        )
+    assert actor_thread == critic_thread != rm_thread
+    first, second = sorted([actor, critic])
+    assert first[1] <= second[0]  # one after the other
+    assert rm[0] < second[0] < rm[1]  # the other role ran meanwhile

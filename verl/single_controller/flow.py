@@ -102,7 +102,12 @@ class Controller(DagTracing):
             from verl.single_controller.local import LocalWorkerGroup
 
             return LocalWorkerGroup(
-                role.worker_class, role.num_workers, role.init_kwargs, name=role.name, computes=role.computes
+                role.worker_class,
+                role.num_workers,
+                role.init_kwargs,
+                name=role.name,
+                computes=role.computes,
+                exclusive=role.exclusive,
             )
         from verl.single_controller.ray import RayWorkerGroup
 

@@ -6,6 +6,7 @@ Data is passed by reference; nothing is copied or serialised.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable
@@ -35,7 +36,11 @@ class LocalWorkerGroup(WorkerGroup):
     waits for its team to be woken instead of finding it spinning; torch work hopping across a pool of threads
     ran ~50% slower (measured on 2 cores: 0.44 s vs 0.29 s per GRPO step). A group with ``computes=False`` (a rule-based
     reward) runs torch ops on one OpenMP thread, so that it holds no team of its own
-    (:func:`verl.utils.threads.drive_on_one_openmp_thread`).
+    (:func:`verl.utils.threads.drive_on_one_openmp_thread`). Groups built with ``exclusive=True`` (roles whose
+    calls compute on every core) share one thread instead, and so take turns: two teams of every core side by
+    side contend for the cores and wake each other's helpers. A PPO step of the 4M bench model on 2 cores
+    (actor and critic, two threads each) took 0.61 s with them taking turns against 0.67-0.73 s side by side
+    (docs/performance.md, "One OpenMP team per process").
     """
 
     in_process = True
@@ -47,13 +52,18 @@ class LocalWorkerGroup(WorkerGroup):
         init_kwargs: dict[str, Any] | None = None,
         name: str | None = None,
         computes: bool = True,
+        exclusive: bool = False,
     ) -> None:
         super().__init__(worker_cls, world_size, init_kwargs, name)
-        self._thread = ThreadPoolExecutor(
-            max_workers=1,
-            thread_name_prefix=f"verl-{self.name}",
-            initializer=None if computes else drive_on_one_openmp_thread,
-        )
+        self._owns_thread = not exclusive
+        if exclusive:
+            self._thread = _exclusive_thread()
+        else:
+            self._thread = ThreadPoolExecutor(
+                max_workers=1,
+                thread_name_prefix=f"verl-{self.name}",
+                initializer=None if computes else drive_on_one_openmp_thread,
+            )
         self._thread_ident: int | None = None
         self._thread.submit(self._remember_thread).result()
         self.workers: list[Any] = self._on_own_thread(self._build_workers)
@@ -102,4 +112,11 @@ class LocalWorkerGroup(WorkerGroup):
 
     def shutdown(self) -> None:
         self.workers = []
-        self._thread.shutdown(wait=False)
+        if self._owns_thread:  # the exclusive groups' thread serves the others too
+            self._thread.shutdown(wait=False)
+
+
+@functools.cache
+def _exclusive_thread() -> ThreadPoolExecutor:
+    """The one thread of this process on which the exclusive groups run, each call in turn."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="verl-exclusive")

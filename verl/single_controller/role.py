@@ -26,6 +26,10 @@ class Role:
     ``computes=False`` says the role's workers run no heavy torch work (a rule-based reward): in-process,
     their thread then runs torch ops on one OpenMP thread and holds no OpenMP team that would slow the
     computing threads' (:func:`verl.utils.threads.drive_on_one_openmp_thread`).
+    ``exclusive=True`` says each call of the role computes on every core the process computes with (torch with
+    more than one thread): in-process, exclusive roles take turns on one thread, as verl's colocated roles take
+    turns on their GPUs, where side by side their OpenMP teams would contend for the same cores (with Ray each
+    worker is a process of its own and this has no effect).
     ``on_failure`` is ``"fail"`` or ``"restart"`` (rebuild the workers, restore their saved state,
     retry the step, at most ``max_restarts`` times over the run).
     """
@@ -44,6 +48,7 @@ class Role:
     on_failure: str = "fail"
     max_restarts: int = 3
     computes: bool = True
+    exclusive: bool = False
 
     def __post_init__(self) -> None:
         if self.on_failure not in ("fail", "restart"):

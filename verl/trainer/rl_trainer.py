@@ -204,7 +204,12 @@ class RLTrainer:
             cfg.trainer.device == "auto" and torch.cuda.is_available()
         )
         gpus = 1 if cfg.trainer.backend == "ray" and wants_gpu else 0
-        trained = dict(num_workers=self.sizes.dp_size, num_gpus_per_worker=gpus, **policy)
+        # Roles whose calls compute on every core take turns in-process (Role.exclusive); one thread each can
+        # run side by side. The separate rollout role has its own share of the cores and overlaps by design.
+        exclusive = self.threads.threads != 1
+        trained = dict(
+            num_workers=self.sizes.dp_size, num_gpus_per_worker=gpus, exclusive=exclusive, **policy
+        )
         steps = self.total_training_steps
         init = dict(config=cfg, total_training_steps=steps, need_ref=self.plan.ref)
         self.controller.register_role(Role("actor_rollout", "actor", ActorRolloutRefWorker, init, **trained))
@@ -225,7 +230,16 @@ class RLTrainer:
         # a discriminative reward model computes in the reward workers; rules and a served genRM do not
         computes = bool(cfg.reward_model.enable) and not serves_genrm(cfg)
         self.controller.register_role(
-            Role("reward", "reward_model", RewardWorker, init, workers, computes=computes, **policy)
+            Role(
+                "reward",
+                "reward_model",
+                RewardWorker,
+                init,
+                workers,
+                computes=computes,
+                exclusive=computes and exclusive,
+                **policy,
+            )
         )
 
     def _collate(self, items: list[dict]) -> DataProto:
