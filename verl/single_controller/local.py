@@ -39,7 +39,7 @@ class LocalWorkerGroup(WorkerGroup):
     (:func:`verl.utils.threads.drive_on_one_openmp_thread`). Groups built with ``exclusive=True`` (roles whose
     calls compute on every core) share one thread instead, and so take turns: two teams of every core side by
     side contend for the cores and wake each other's helpers. A PPO step of the 4M bench model on 2 cores
-    (actor and critic, two threads each) took 0.61 s with them taking turns against 0.67-0.73 s side by side
+    (actor and critic, two threads each) took 0.60-0.61 s with them taking turns against 0.66-0.68 s side by side
     (docs/performance.md, "One OpenMP team per process").
     """
 
