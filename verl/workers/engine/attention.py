@@ -104,9 +104,8 @@ def grouped_matmul_attention(
     group = heads // kv_heads
     if causal:
         mask = torch.ones(queries, keys, dtype=torch.bool, device=query.device).tril(keys - queries)
-    if (
-        mask is not None and mask.dim() == 4
-    ):  # [batch or 1, heads or 1, queries, keys]: each head's to its group
+    # a 4D mask is [batch or 1, heads or 1, queries, keys]: each head's goes to its group's place
+    if mask is not None and mask.dim() == 4:
         per_head = (kv_heads, group) if mask.shape[1] > 1 else (1, 1)
         mask = mask.view(mask.shape[0], *per_head, *mask.shape[-2:])
     with torch.autocast(query.device.type, enabled=False):  # float32 matmuls, also in a bf16 forward

@@ -172,8 +172,9 @@ def shared_prompt_hidden(
     The distinct prompts (left-padded) run first, the tokens they all start with (a chat template's system
     prompt) once as one row (`verl.models.kv_cache.forward_prompts`), and their keys and values are kept;
     the cache is then gathered to one copy per row (its backward adds the rows' gradients into their
-    prompt's). The responses run last, cut to the longest one less its last token, attending to that cache. The first response
-    token is predicted by the prompt's last position, the others by the response positions before them.
+    prompt's). The responses run last, cut to the longest one less its last token, attending to that cache. The
+    first response token is predicted by the prompt's last position, the others by the response positions before
+    them.
     ``lockstep``: FSDP ranks must make the same passes, so the prefix is shared only where every rank shares.
     """
     width = input_ids.shape[1] - response_mask.shape[1]
