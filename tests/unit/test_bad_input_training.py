@@ -86,7 +86,8 @@ def test_oom_other_errors_pass_through_and_knobs_already_set_are_left_out():
 
 
 def test_role_methods_keep_their_dispatch_and_explain_oom():
-    from verl.workers.roles import ActorRolloutRefWorker, CriticWorker
+    from verl.workers.critic_worker import CriticWorker
+    from verl.workers.roles import ActorRolloutRefWorker
 
     methods = {**registered_methods(ActorRolloutRefWorker), **registered_methods(CriticWorker)}
     for name in (

@@ -17,7 +17,7 @@ from verl.config import ConfigError, load_config
 from verl.protocol import DataProto
 from verl.utils.imports import import_file
 from verl.workers.reward import RewardFunctionError, get_reward_manager_cls
-from verl.workers.roles import RewardWorker
+from verl.workers.reward_worker import RewardWorker
 
 CLASSIC = '''
 import torch

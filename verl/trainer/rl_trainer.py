@@ -63,10 +63,12 @@ from verl.utils.seeding import set_seed
 from verl.utils.threads import configure_torch_threads, drive_on_one_openmp_thread, threads_for_run
 from verl.utils.timing import marked_timer
 from verl.utils.tracking import Tracking
+from verl.workers.critic_worker import CriticWorker
 from verl.workers.reward import REWARD_ERROR_KEY
 from verl.workers.reward.combine import check_format_sources, check_no_reward_fn_in_code, needs_rule_fields
 from verl.workers.reward.genrm import GenRMService
-from verl.workers.roles import ActorRolloutRefWorker, CriticWorker, RewardWorker
+from verl.workers.reward_worker import RewardWorker
+from verl.workers.roles import ActorRolloutRefWorker
 from verl.workers.rollout.stats import rollout_metrics
 from verl.workers.rollout_worker import RolloutWorker
 

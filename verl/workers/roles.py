@@ -8,8 +8,8 @@ passes return a :class:`DataProto`, updates a plain metrics dict.
 rollout (fast / hf generate with the actor's own module; vllm holds a copy of the weights, synchronised
 to the current policy version before it generates), when a KL term needs it, the reference: a frozen
 copy, or with LoRA the actor's own module with its adapters disabled, and with on-policy distillation the
-frozen teachers, held beside the reference. ``CriticWorker`` holds the value model,
-``RewardWorker`` the rule-based reward functions.
+frozen teachers, held beside the reference. ``CriticWorker`` (`verl.workers.critic_worker`) holds the
+value model, ``RewardWorker`` (`verl.workers.reward_worker`) the rule-based reward functions.
 
 What every worker process sets up (config, seeds, device, models) is in `verl.workers.worker_setup`, the
 checkpoint and HuggingFace files a trained role writes in `verl.workers.role_files`.
@@ -22,31 +22,26 @@ import copy
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
 from verl.algorithms.distillation import DistillationLossOptions
 from verl.config import derive_sizes
 from verl.config.backends import training_strategy
 from verl.config.validation_distillation import distillation_enabled
-from verl.models import load_value_model, tokenizer_for
+from verl.models import tokenizer_for
 from verl.models.base_fingerprint import base_fingerprint, check_same_base, write_fingerprint
 from verl.models.lora import adapter_weight_names, adapters_disabled, apply_lora, has_adapters
 from verl.protocol import DataProto
 from verl.single_controller import Dispatch, Worker, register
 from verl.utils.precision import model_dtype, role_compute_dtype
 from verl.workers.actor import Actor, compute_log_prob
-from verl.workers.critic import Critic
 from verl.workers.engine.distributed import consecutive_group
 from verl.workers.engine.fsdp import gathered, place_frozen
 from verl.workers.engine.scoring import PolicyScorer
 from verl.workers.engine.update_loop import run_update
 from verl.workers.errors import (
     ACTOR_UPDATE_KNOBS,
-    CRITIC_UPDATE_KNOBS,
     GENERATE_KNOBS,
     LOG_PROB_KNOBS,
     REF_LOG_PROB_KNOBS,
-    VALUES_KNOBS,
     explain_oom,
 )
 from verl.workers.requests import UpdateRequest
@@ -385,146 +380,3 @@ class ActorRolloutRefWorker(HostCalls, Worker):
     def set_state(self, state: dict[str, Any]) -> None:
         self.actor.load_training_state(state)
         self.host.version += 1
-
-
-class CriticWorker(Worker):
-    """The value model of PPO, built from ``critic.model`` (by default the actor's model directory).
-
-    ``value_model`` is the HF token-classification model being trained, ``critic`` its `Critic`.
-    """
-
-    def __init__(self, config: Any, total_training_steps: int | None = None) -> None:
-        config = trainer_config(config)
-        self.config = config
-        self.device = setup_process(config, self.rank)
-        if total_training_steps is None:
-            total_training_steps = config.trainer.total_training_steps or 1
-        critic_cfg = config.critic
-        model_cfg = critic_cfg.model
-        path = model_cfg.path or config.actor_rollout_ref.model.path
-        remove_padding = model_cfg.use_remove_padding
-        if remove_padding is None:
-            remove_padding = config.actor_rollout_ref.model.use_remove_padding
-        self.sizes = derive_sizes(config)
-        self.value_model = load_value_model(
-            path,
-            torch_dtype=model_cfg.torch_dtype,
-            attn_implementation=attention_for(model_cfg.attn_implementation, remove_padding),
-            trust_remote_code=model_cfg.trust_remote_code,
-            key="critic.model.path" if model_cfg.path else "actor_rollout_ref.model.path",
-            override_config=model_cfg.override_config,
-            override_key="critic.model.override_config",
-        ).to(self.device)
-        optimizer, lr_scheduler = prepare_for_training(
-            self.value_model, model_cfg, critic_cfg.optim, total_training_steps
-        )
-        sharded = training_strategy(config) == "fsdp2"
-        compute = role_compute_dtype(
-            model_cfg.fsdp_config,
-            device=self.device,
-            weights_dtype=model_dtype(self.value_model),
-            sharded=sharded,
-            key="critic.model.fsdp_config",
-        )
-        self.critic = Critic(
-            self.value_model,
-            critic_cfg,
-            optimizer,
-            lr_scheduler,
-            seed=config.trainer.seed,
-            remove_padding=remove_padding,
-            compute_dtype=compute.dtype,
-            fsdp_config=model_cfg.fsdp_config if sharded else None,
-            fsdp_key="critic.model.fsdp_config",
-        )
-
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    @explain_oom(*VALUES_KNOBS)
-    @on_device
-    def compute_values(self, data: DataProto) -> DataProto:
-        values = self.critic.compute_values(
-            data, self.config.critic.forward_micro_batch_size_per_gpu, self.sizes.critic_forward_max_tokens
-        )
-        return DataProto.from_dict(tensors={"values": values})
-
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_METRICS)
-    @explain_oom(*CRITIC_UPDATE_KNOBS)
-    @on_device
-    def update_critic(self, data: DataProto, request: UpdateRequest) -> dict[str, float]:
-        """One value-model update on ``data`` (with returns); the ``critic/*`` metrics, the same on every rank."""
-        sizes = request.sizes
-        update = self.critic.plan_update(
-            data,
-            mini_batch_size=sizes.critic_mini_batch_samples,
-            micro_batch_size=sizes.critic_micro_batch_samples,
-            epochs=sizes.critic_ppo_epochs,
-            max_tokens=sizes.critic_max_tokens,
-        )
-        return run_update(self.critic, update)
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_checkpoint(self, path: str, background: bool = False) -> None:
-        self._save_thread = save_role_checkpoint(
-            self.critic, self.config.critic.checkpoint, None, self.rank, path, background
-        )
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def load_checkpoint(self, path: str) -> None:
-        self.critic.load_checkpoint(path, self.rank, load_contents(self.config.critic.checkpoint))
-
-    def get_state(self) -> dict[str, Any] | None:
-        return self.critic.training_state() if self.critic.sharded or self.rank == 0 else None
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        self.critic.load_training_state(state)
-
-
-class RewardWorker(Worker):
-    """Rewards: the reward manager named by ``reward_model.reward_manager``, the reward model
-    (``reward_model.enable``, on this worker's device) and the weighted terms of ``reward_model.reward_fns``
-    (see verl.workers.reward.combine).
-
-    ``compute_score(data, validate=True)`` uses the validation manager (no printed examples). Custom managers can be passed in (they must pickle for Ray), or
-    just a ``compute_score(data_source, solution_str, ground_truth, extra_info=None)`` function for the
-    configured manager to call.
-
-    ``reward_router_address``: where a generative reward model is served (``host:port``, see
-    verl.workers.reward.genrm); the custom function is called with it and the reward model's tokenizer.
-    """
-
-    def __init__(
-        self,
-        config: Any,
-        reward_fn: Any = None,
-        val_reward_fn: Any = None,
-        compute_score: Any = None,
-        reward_router_address: str | None = None,
-    ) -> None:
-        from verl.workers.reward.factory import build_reward_fns
-        from verl.workers.reward.genrm import client_kwargs
-
-        config = trainer_config(config)
-        device = setup_process(config, self.rank)
-        tokenizer = tokenizer_for(config.actor_rollout_ref.model)
-        self.reward_fn, self.val_reward_fn = build_reward_fns(
-            config,
-            tokenizer,
-            device,
-            reward_fn,
-            val_reward_fn,
-            compute_score,
-            client_kwargs(config, reward_router_address),
-        )
-
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    def compute_score(self, data: DataProto, validate: bool = False) -> DataProto:
-        """``token_level_scores`` (the score at each response's last token) and any extra per-sample fields;
-        ``validate`` scores with the validation manager."""
-        reward_fn = self.val_reward_fn if validate else self.reward_fn
-        reward = reward_fn(data, return_dict=True)
-        extra = {key: np.array(values, dtype=object) for key, values in reward["reward_extra_info"].items()}
-        return DataProto.from_dict(
-            tensors={"token_level_scores": reward["reward_tensor"]},
-            non_tensors=extra,
-            meta_info={"reward_extra_keys": sorted(extra)},  # which columns are reward fields (metrics)
-        )
