@@ -322,7 +322,7 @@ def test_clip_ratio_schedule_reaches_its_final_value(tiny_model_dir, arithmetic_
 
 def test_test_freq_minus_one_never_validates_during_training(tiny_model_dir, arithmetic_files, tmp_path):
     """Issue 41: test_freq=-1 is verl's "never", the last step included; val_before_train still validates."""
-    from verl.cli import _headline, _headline_line
+    from verl.cli_commands import _headline, _headline_line
 
     config = small_config(
         tiny_model_dir, arithmetic_files, tmp_path, "trainer.test_freq=-1", "data.val_max_samples=8"

@@ -217,7 +217,7 @@ def test_a_second_sigterm_while_one_is_held_goes_through_at_once(tmp_path, sigte
 
 
 def test_a_sigterm_a_library_dropped_is_raised_again_at_the_next_step(tmp_path, monkeypatch):
-    from verl.cli import Terminated, _on_sigterm
+    from verl.cli_signals import Terminated, _on_sigterm
 
     monkeypatch.setattr(_on_sigterm, "received", False, raising=False)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
