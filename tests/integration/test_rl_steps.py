@@ -34,6 +34,8 @@ REQUIRED_METRICS = [
     "timing_s/update_actor",
     "timing_s/step",
     "perf/throughput",
+    "timing_per_token_ms/gen",
+    "timing_per_token_ms/update_actor",
     "val-core/arithmetic/acc/mean@1",
 ]
 

@@ -60,6 +60,27 @@ def compute_throughput_metrics(batch: DataProto, step_seconds: float, n_devices:
     }
 
 
+PER_TOKEN_SECTIONS = ("gen", "ref", "values", "adv", "update_critic", "update_actor")
+"""the step's sections verl reports per token: generation per response token, the others per token of the
+whole sequences (prompt and response) they pass over"""
+
+
+def compute_timing_per_token_metrics(batch: DataProto, timing: Mapping[str, float]) -> dict[str, float]:
+    """verl's ``timing_per_token_ms/<section>``: the milliseconds a section of the step took per token it
+    handled, for the sections this step ran. ``1000 / timing_per_token_ms/gen`` is the rollout's tokens per
+    second."""
+    mask = batch.batch["attention_mask"]
+    response_tokens = int(mask[:, -batch.batch["response_mask"].shape[1] :].sum().item())
+    all_tokens = int(mask.sum().item())
+    return {
+        f"timing_per_token_ms/{name}": timing[name]
+        * 1000
+        / max(response_tokens if name == "gen" else all_tokens, 1)
+        for name in PER_TOKEN_SECTIONS
+        if name in timing
+    }
+
+
 def memory_metrics() -> dict[str, float]:
     """The driver process's memory (with ``trainer.backend=local`` that is every role's): resident now
     (``perf/cpu_memory_used_gb``; verl's metric of that name is the machine's used memory) and at its peak

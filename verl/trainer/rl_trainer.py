@@ -44,6 +44,7 @@ from verl.trainer.generations import (
 from verl.trainer.metrics import (
     compute_data_metrics,
     compute_throughput_metrics,
+    compute_timing_per_token_metrics,
     compute_validation_metrics,
     memory_metrics,
     reward_extra_metrics,
@@ -98,15 +99,16 @@ class RLTrainer:
         reward_model: str | Callable[..., Any] | None = None,
         use_vllm: bool = False,
         fsdp_config: dict[str, Any] | None = None,
+        checkpoint_config: dict[str, Any] | None = None,
     ) -> None:
         """``reward_fn`` / ``val_reward_fn`` replace the reward managers; ``compute_score(data_source,
         solution_str, ground_truth, extra_info)`` replaces the scoring function inside the configured
         manager (all three must pickle for ``trainer.backend=ray``). ``actor_model``, ``reward_model``,
-        ``use_vllm`` and ``fsdp_config`` are seed 003's spelling of config keys (see
+        ``use_vllm``, ``fsdp_config`` and ``checkpoint_config`` are seed 003's spelling of config keys (see
         :func:`verl.trainer.seed_api.apply_seed_arguments`)."""
         config, compute_score = apply_seed_arguments(
             config, compute_score, actor_model=actor_model, reward_model=reward_model, use_vllm=use_vllm,
-            fsdp_config=fsdp_config,
+            fsdp_config=fsdp_config, checkpoint_config=checkpoint_config,
         )  # fmt: skip
         self.config = config
         # The paths the user gave and every name the config gives (estimator, loss, engine, reward), before
@@ -281,6 +283,7 @@ class RLTrainer:
         if self.genrm is not None and genrm_before is not None:
             metrics.update(self.genrm.stats().metrics_since(genrm_before))
         metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
+        metrics.update(compute_timing_per_token_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing["step"], n_devices=self.sizes.dp_size))
         metrics.update({f"worker/restarts/{role}": float(n) for role, n in self.controller.restarts.items()})
         metrics["data/skipped_rows"] = float(self.train_dataset.num_skipped_rows)
