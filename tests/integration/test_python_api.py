@@ -79,7 +79,7 @@ def test_example(block: Block, workspace, monkeypatch):
 
 
 def test_the_examples_did_what_the_page_says(workspace):
-    _, ns = workspace
+    directory, ns = workspace
     if "loss_dict" not in ns:
         pytest.skip("runs after the page's examples (test_example)")
     assert isinstance(ns["loss_dict"]["policy_loss"], float)
@@ -91,6 +91,10 @@ def test_the_examples_did_what_the_page_says(workspace):
     # GRPO: ±1/√2 in the mixed group, 0 where all rewards are equal
     expected = torch.tensor([2**-0.5, -(2**-0.5), 0.0, 0.0])
     assert torch.allclose(ns["advantages"][:, 0], expected, atol=1e-4)
+    # seed 003's checkpoint_config: the step-2 checkpoint written (save_interval=2), the only one kept
+    if type(ns.get("trainer")).__name__ == "RLTrainer":
+        run_dir = directory / "outputs" / "seed003"
+        assert sorted(p.name for p in run_dir.glob("global_step_*")) == ["global_step_2"]
 
 
 def test_a_subclass_loss_is_the_one_that_trains(workspace):

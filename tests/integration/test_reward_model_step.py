@@ -63,3 +63,24 @@ def test_grpo_step_with_rule_and_model_rewards_on_ray(tiny_model_dir, arithmetic
         check(record)
     finally:
         ray.shutdown()
+
+
+def test_seed_reward_model_keyword_scores_with_the_model(
+    tiny_model_dir, arithmetic_files, tmp_path, one_torch_thread
+):
+    """Seed 003's ``RLTrainer(config, reward_model="path/to/reward-model")``: the reward model's score is the
+    reward (it replaces the rule score, as ``reward_model.enable=true`` does in verl)."""
+    rm = save_tiny_reward_model(tmp_path / "rm")
+    config = small_config(
+        tiny_model_dir, arithmetic_files, tmp_path / "run",
+        "trainer.total_training_steps=1", "trainer.val_before_train=false", "data.val_max_samples=4",
+    )  # fmt: skip
+    trainer = RLTrainer(config, reward_model=str(rm))
+    try:
+        assert trainer.config.reward_model.enable and trainer.config.reward_model.model.path == str(rm)
+        trainer.fit()
+    finally:
+        trainer.shutdown()
+    record = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert record["reward_extra/rm_score/mean"] != 0.0
+    assert record["critic/score/mean"] == pytest.approx(record["reward_extra/rm_score/mean"], abs=1e-5)
