@@ -472,3 +472,18 @@ def test_rollout_correction_runs_in_the_trainer(
         assert record["rollout_corr/rollout_is_mean"] > 0 and record["rollout_corr/chi2_token"] >= 0
         assert "rollout_corr/rollout_is_eff_sample_size" in record
     assert record["actor/grad_norm"] > 0
+
+
+def test_hf_rollout_log_probs_are_compared_with_the_old_log_prob_pass(
+    tiny_model_dir, arithmetic_files, tmp_path
+):
+    """``rollout.calculate_log_probs=true`` with the hf engine: generate's logits give the rollout's log-probs,
+    the old_log_prob pass still computes π_old, and the run reports how far apart the two are."""
+    config = small_config(
+        tiny_model_dir, arithmetic_files, tmp_path,
+        "trainer.total_training_steps=1", "trainer.val_before_train=false", "trainer.test_freq=-1",
+        "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.calculate_log_probs=true",
+    )  # fmt: skip
+    trainer, record, _ = one_step(config)
+    assert trainer.plan.old_log_probs == "recompute"
+    assert record["training/rollout_probs_diff_max"] < 1e-5

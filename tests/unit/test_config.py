@@ -97,10 +97,12 @@ def test_inference_server_keys_are_reported_with_the_built_engines(key: str, mon
 
 def test_calculate_log_probs_needs_an_engine_that_returns_them() -> None:
     assert load_config(overrides=[f"{ARR}.rollout.calculate_log_probs=true"])[ARR].rollout.name == "fast"
+    hf = load_config(overrides=[f"{ARR}.rollout.calculate_log_probs=true", f"{ARR}.rollout.name=hf"])
+    assert hf[ARR].rollout.calculate_log_probs is True  # from the logits generate returns
     with pytest.raises(
-        ConfigError, match=r"calculate_log_probs=true has no effect with rollout.name=hf .*fast"
+        ConfigError, match=r"calculate_log_probs=true has no effect with rollout.name=dummy .*fast"
     ):
-        load_config(overrides=[f"{ARR}.rollout.calculate_log_probs=true", f"{ARR}.rollout.name=hf"])
+        load_config(overrides=[f"{ARR}.rollout.calculate_log_probs=true", f"{ARR}.rollout.name=dummy"])
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])

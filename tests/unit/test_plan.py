@@ -31,6 +31,17 @@ def test_old_log_probs_come_from_the_engine_that_returns_them():
     assert plan_of("algorithm.use_kl_in_reward=true").old_log_probs == "from_rollout"
 
 
+def test_bypass_mode_takes_pi_old_from_hf_only_when_it_returns_log_probs():
+    bypass = ("algorithm.rollout_correction.bypass_mode=true", "actor_rollout_ref.rollout.name=hf")
+    with pytest.raises(
+        ValueError, match="returns none: .*hf with actor_rollout_ref.rollout.calculate_log_probs=true"
+    ):
+        plan_of(*bypass)
+    assert (
+        plan_of(*bypass, "actor_rollout_ref.rollout.calculate_log_probs=true").old_log_probs == "from_rollout"
+    )
+
+
 def test_old_log_probs_are_recomputed_when_the_actor_computes_in_reduced_precision():
     """The engine's log-probs equal the actor's only in fp32; in bf16 they round differently."""
     two_steps = "actor_rollout_ref.actor.ppo_mini_batch_size=8"

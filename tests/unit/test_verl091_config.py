@@ -320,9 +320,12 @@ def test_filter_groups_metric_reward_reads_the_pre_kl_reward() -> None:
 
 def test_calculate_log_probs_is_on_by_default_where_the_engine_returns_them() -> None:
     assert ppo()[ARR].rollout.calculate_log_probs is None  # on: fast / vllm / sglang always return them
-    assert ppo(f"{ARR}.rollout.name=hf")[ARR].rollout.calculate_log_probs is None  # hf returns none
-    with pytest.raises(ConfigError, match="calculate_log_probs=true has no effect with rollout.name=hf"):
-        ppo(f"{ARR}.rollout.name=hf", f"{ARR}.rollout.calculate_log_probs=true")
+    assert ppo(f"{ARR}.rollout.name=hf")[ARR].rollout.calculate_log_probs is None  # hf: only when asked
+    assert ppo(f"{ARR}.rollout.name=hf", f"{ARR}.rollout.calculate_log_probs=true")[
+        ARR
+    ].rollout.calculate_log_probs
+    with pytest.raises(ConfigError, match="calculate_log_probs=true has no effect with rollout.name=dummy"):
+        ppo(f"{ARR}.rollout.name=dummy", f"{ARR}.rollout.calculate_log_probs=true")
 
 
 @pytest.mark.parametrize("mode", ["colocate_async", "separate_async"])

@@ -51,8 +51,11 @@ def test_rollout_engine_keys_are_validated(override: str, message: str) -> None:
 
 
 def test_ignore_eos_is_refused_where_the_engine_cannot_honour_it() -> None:
-    with pytest.raises(ConfigError, match=r"ignore_eos=true has no effect with rollout.name=hf"):
-        load_config(overrides=[f"{ARR}.rollout.ignore_eos=true", f"{ARR}.rollout.name=hf"])
+    with pytest.raises(ConfigError, match=r"ignore_eos=true has no effect with rollout.name=dummy"):
+        load_config(overrides=[f"{ARR}.rollout.ignore_eos=true", f"{ARR}.rollout.name=dummy"])
+    assert load_config(overrides=[f"{ARR}.rollout.ignore_eos=true", f"{ARR}.rollout.name=hf"])[
+        ARR
+    ].rollout.ignore_eos
     assert load_config(overrides=[f"{ARR}.rollout.ignore_eos=true"])[ARR].rollout.ignore_eos
 
 

@@ -120,15 +120,16 @@ ROLLOUT_KEYS = (
 CALCULATE_LOG_PROBS = RolloutKey(
     "calculate_log_probs",
     (None, False),
-    ("fast", "vllm", "sglang"),
+    ("fast", "hf", "vllm", "sglang"),
     "returns the engine's log-probs with each response (rollout_log_probs), which fast, vllm and sglang always "
-    "do",
+    "do (hf: from the logits generate returns)",
 )
-"""refused with an engine that cannot return log-probs: a step that reads them would find none"""
+"""refused with an engine that cannot return log-probs (dummy, which has no model): a step that reads them
+would find none"""
 IGNORE_EOS = RolloutKey(
     "ignore_eos",
     (False,),
-    ("fast", "vllm", "sglang"),
+    ("fast", "hf", "vllm", "sglang"),
     "generates past the end-of-sequence token",
 )
 """refused with an engine that stops at EOS regardless: the responses would not be what was asked"""

@@ -170,10 +170,15 @@ def _old_log_probs(config: TrainerConfig, sizes: DerivedSizes) -> OldLogProbs:
     correction = config.algorithm.rollout_correction
     rollout_cls = get_rollout_class(config.actor_rollout_ref.rollout.name)
     if correction.bypass_mode:  # π_old := π_rollout (validation refused recompute_old_log_prob=true)
-        if not rollout_cls.returns_log_probs:
+        # hf returns them when asked (calculate_log_probs=true; refused with dummy, which has no model)
+        if (
+            not rollout_cls.returns_log_probs
+            and config.actor_rollout_ref.rollout.calculate_log_probs is not True
+        ):
             raise ValueError(
                 f"algorithm.rollout_correction.bypass_mode=true takes π_old from the rollout's log-probs, and "
-                f"rollout.name={config.actor_rollout_ref.rollout.name} returns none: use fast or vllm"
+                f"rollout.name={config.actor_rollout_ref.rollout.name} returns none: use fast or vllm, or hf "
+                "with actor_rollout_ref.rollout.calculate_log_probs=true"
             )
         return "from_rollout"
     if correction_enabled(correction):  # decoupled: π_old must be the trainer's own

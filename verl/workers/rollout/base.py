@@ -325,6 +325,9 @@ class RolloutEngine:
     """the policy version an engine with its own weights holds (see VLLMRollout.sync_weights)"""
     returns_log_probs = False
     """whether responses come with the engine's log-probs (``rollout_log_probs``)"""
+    calculate_log_probs = False
+    """``rollout.calculate_log_probs``: return ``rollout_log_probs`` with each response where the engine does not
+    by default (hf); the engines that always return them ignore it"""
     compute_dtype: torch.dtype | None = None
     """an engine computing with the actor's module: its autocast dtype (`verl.utils.precision`), None for
     the weights' own"""

@@ -135,6 +135,7 @@ class RolloutHost:
             }
         micro = arr.rollout.micro_batch_size
         engine = engine_cls(self.model, self.eos_token_ids, self.pad_token_id, micro, **options)
+        engine.calculate_log_probs = bool(arr.rollout.calculate_log_probs)
         if not engine_cls.owns_weights:
             # it computes with the module: in its role's dtype unless rollout.dtype says otherwise
             engine.compute_dtype = rollout_compute_dtype(arr.rollout.dtype, self.compute, self.model)
