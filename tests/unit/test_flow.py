@@ -161,6 +161,43 @@ def test_restart_policy_rebuilds_restores_and_retries():
         assert node.attempts == 2 and node.state == "done"
 
 
+def test_fallback_policy_answers_a_failed_call_and_the_branch_goes_on():
+    calls = []
+
+    def cached_total(method, x):
+        calls.append((method, x))
+        return [-1]
+
+    CrashOnce.built, CrashOnce.crashed = 0, False
+    with Controller() as controller:
+        controller.register_role(
+            Role("reward", worker_class=CrashOnce, on_failure="fallback", fallback=cached_total)
+        )
+        out = controller.step(role="reward", method="add", inputs={"x": 5}, outputs=["total"])
+        after = controller.step(
+            method=lambda total: total[0] * 2, inputs={"total": out["total"]}, outputs=["y"]
+        )
+        assert out["total"].get() == [-1] and after["y"].get() == -2
+        assert calls == [("add", 5)] and controller.fallbacks == {"reward": 1}
+        assert controller.restarts == {"reward": 0} and CrashOnce.built == 1  # not rebuilt
+
+
+def test_a_fallback_with_restart_answers_once_the_restarts_are_used_up():
+    CrashOnce.built, CrashOnce.crashed = 0, False
+    with Controller() as controller:
+        role = Role(
+            "reward", worker_class=CrashOnce, on_failure="restart", max_restarts=0, fallback=lambda m, x: [0]
+        )
+        controller.register_role(role)
+        out = controller.step(role="reward", method="add", inputs={"x": 5}, outputs=["total"])
+        assert out["total"].get() == [0] and controller.fallbacks == {"reward": 1}
+
+
+def test_fallback_policy_needs_a_function():
+    with pytest.raises(ValueError, match="on_failure='fallback' needs fallback="):
+        Role("reward", on_failure="fallback")
+
+
 def test_fail_policy_reports_the_worker_and_cause():
     CrashOnce.built, CrashOnce.crashed = 0, False
     with Controller() as controller:

@@ -18,7 +18,8 @@ Two rules keep this predictable:
   ``actor.generate`` of step k+1.
 * A failed step fails the steps that consume its outputs (with an error naming the upstream step),
   never the independent branches. A role whose policy is ``on_failure="restart"`` gets its workers
-  rebuilt (state restored from ``group.saved_state``) and the step retried up to ``max_restarts``.
+  rebuilt (state restored from ``group.saved_state``) and the step retried up to ``max_restarts``; with
+  ``on_failure="fallback"`` the step takes the role's ``fallback`` result instead.
 
 ``method`` may also be a plain function, which then runs in the driver (``role`` omitted): this is how
 the driver-side math (advantages) joins the DAG.
@@ -62,6 +63,8 @@ class Controller(DagTracing):
         self.roles: dict[str, Role] = {}
         self.groups: dict[str, WorkerGroup] = {}
         self.restarts: dict[str, int] = {}
+        self.fallbacks: dict[str, int] = {}
+        """calls per role answered by the role's fallback (``Role(on_failure="fallback")``)"""
         self._lock = threading.Lock()
         # The step threads only drive (the workers compute): no OpenMP team of theirs (see the function)
         self._pool = ThreadPoolExecutor(
@@ -95,6 +98,7 @@ class Controller(DagTracing):
         self.groups[role.name] = self._start_group(role)
         self.roles[role.name] = role
         self.restarts[role.name] = 0
+        self.fallbacks[role.name] = 0
         return self.groups[role.name]
 
     def _start_group(self, role: Role) -> WorkerGroup:
@@ -308,7 +312,8 @@ class Controller(DagTracing):
         return step_error
 
     def _call(self, node: _Node, kwargs: dict[str, Any]) -> Any:
-        """Run the node's method; on a worker failure apply the role's policy (restart and retry, or fail)."""
+        """Run the node's method; on a worker failure apply the role's policy (restart and retry, the
+        fallback's result, or fail)."""
         if node.role == DRIVER:
             return node.method(**kwargs)
         group = self.groups[node.role]
@@ -318,6 +323,8 @@ class Controller(DagTracing):
                 return group.call(node.method, **kwargs)
             except WorkerError as error:
                 if role.on_failure != "restart" or self.restarts[node.role] >= role.max_restarts:
+                    if role.fallback is not None:
+                        return self._fall_back(node, role, error, kwargs)
                     if role.on_failure == "restart":
                         raise WorkerError(
                             error.role,
@@ -341,6 +348,12 @@ class Controller(DagTracing):
                 group.restart()
                 if node.trace is not None:
                     node.trace.attempts += 1
+
+    def _fall_back(self, node: _Node, role: Role, error: WorkerError, kwargs: dict[str, Any]) -> Any:
+        """The role's fallback result for a call its workers failed (logged, counted in ``fallbacks``)."""
+        self.fallbacks[node.role] += 1
+        logger.warning("%s; step %s takes role %r's fallback result", error, node.label, node.role)
+        return role.fallback(node.method_name, **kwargs)
 
     def _fill_outputs(self, node: _Node, result: Any) -> None:
         names = list(node.outputs)

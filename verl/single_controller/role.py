@@ -5,6 +5,7 @@ policy; and :data:`DRIVER`, the name of the steps that run in the driver itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,8 +31,10 @@ class Role:
     more than one thread): in-process, exclusive roles take turns on one thread, as verl's colocated roles take
     turns on their GPUs, where side by side their OpenMP teams would contend for the same cores (with Ray each
     worker is a process of its own and this has no effect).
-    ``on_failure`` is ``"fail"`` or ``"restart"`` (rebuild the workers, restore their saved state,
-    retry the step, at most ``max_restarts`` times over the run).
+    ``on_failure`` is ``"fail"``, ``"restart"`` (rebuild the workers, restore their saved state,
+    retry the step, at most ``max_restarts`` times over the run) or ``"fallback"``: a failed call's result is
+    ``fallback(method_name, **inputs)`` instead (degraded, e.g. cached scores), logged and counted in
+    ``Controller.fallbacks``. A ``fallback`` given with ``"restart"`` answers once the restarts are used up.
     """
 
     name: str
@@ -47,13 +50,19 @@ class Role:
     heartbeat_timeout_s: float | None = None
     on_failure: str = "fail"
     max_restarts: int = 3
+    fallback: Callable[..., Any] | None = None
     computes: bool = True
     exclusive: bool = False
 
     def __post_init__(self) -> None:
-        if self.on_failure not in ("fail", "restart"):
+        if self.on_failure not in ("fail", "restart", "fallback"):
             raise ValueError(
-                f"Role {self.name!r}: on_failure must be 'fail' or 'restart', got {self.on_failure!r}"
+                f"Role {self.name!r}: on_failure must be 'fail', 'restart' or 'fallback', got {self.on_failure!r}"
+            )
+        if self.on_failure == "fallback" and not callable(self.fallback):
+            raise ValueError(
+                f"Role {self.name!r}: on_failure='fallback' needs fallback=, a function (method_name, **inputs) "
+                "-> the result to use when a call fails"
             )
         if self.name == DRIVER:
             raise ValueError(
