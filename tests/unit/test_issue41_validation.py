@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from verl.cli import _headline_line
+from verl.cli_commands import _headline_line
 from verl.trainer.rl_trainer import validates_after
 
 

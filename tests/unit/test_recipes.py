@@ -88,7 +88,7 @@ def test_recipe_lines_say_which_recipe_and_why() -> None:
 
 
 def test_headline_says_before_and_after_rl_or_that_nothing_was_trained() -> None:
-    from verl.cli import _headline_line
+    from verl.cli_commands import _headline_line
 
     key = "val-core/t/acc/mean@1"
     assert (
