@@ -18,6 +18,8 @@ Exit codes of ``verl run`` / ``verl sft`` / ``verl export``:
       system); the unfinished checkpoint is removed, the previous one is intact (:class:`StorageError`)
 6     cluster error: the Ray cluster cannot hold the workers asked for (too few nodes or resources
       for ``trainer.nnodes``) (:class:`ClusterError`)
+7     package error: a package the run needs is not installed, older than verl requires, or built
+      for another version of one it needs (:class:`PackageError`; ``verl doctor`` shows them all)
 130   interrupted (Ctrl-C / SIGINT); the last complete checkpoint is intact
 143   terminated (SIGTERM); the same
 ====  ==========================================================================
@@ -60,6 +62,14 @@ class ClusterError(UserError):
 
     exit_code = 6
     label = "cluster error"
+
+
+class PackageError(UserError):
+    """A package the run needs is not installed, is older than verl requires, or clashes with another
+    installed package (:func:`verl.doctor.packages.check_packages`)."""
+
+    exit_code = 7
+    label = "package error"
 
 
 def describe_error(error: BaseException) -> str:

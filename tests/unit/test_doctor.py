@@ -306,7 +306,7 @@ def test_matching_local_versions_are_no_clash():
 
 
 def test_torchvision_for_another_torch_fails_every_run():
-    from verl.doctor.report import environment_failures
+    from verl.doctor.packages import environment_failures
 
     meta = FakeMetadata({**GOOD, "torchvision": "0.24.0"}, {"torchvision": ["torch==2.9.0", "numpy"]})
     rows = env.package_rows(meta, "3.11.7")
@@ -317,7 +317,7 @@ def test_torchvision_for_another_torch_fails_every_run():
 
 
 def test_optional_package_fails_only_the_runs_that_use_it():
-    from verl.doctor.report import environment_failures
+    from verl.doctor.packages import environment_failures
 
     meta = FakeMetadata({**GOOD, "vllm": "0.32.0"}, {"vllm": ["torch==2.12.0"]})
     rows = env.package_rows(meta, "3.11.7")

@@ -17,10 +17,6 @@ from omegaconf import OmegaConf
 
 from verl.doctor.batches import BatchReport, explain_batches, validation_rows
 from verl.doctor.environment import (
-    ABSENT,
-    CLASH,
-    MISSING,
-    TOO_OLD,
     UNTESTED,
     InstalledMetadata,
     Machine,
@@ -31,7 +27,6 @@ from verl.doctor.environment import (
     package_rows,
     read_machine,
 )
-from verl.doctor.matrix import BREAKS_TRANSFORMERS
 from verl.doctor.memory import estimate_memory
 from verl.doctor.memory_advice import PHASE_NAMES, checkpoint_bytes, phase_knobs, state_knobs
 from verl.doctor.memory_terms import ACCURACY, Estimate
@@ -45,6 +40,7 @@ from verl.doctor.model_shape import (
     lora_settings,
 )
 from verl.doctor.models import ModelSource, checkpoint_dtype_bytes, model_at, policy_model
+from verl.doctor.packages import environment_failures, needed_packages
 from verl.utils.units import fmt_bytes
 
 
@@ -117,46 +113,6 @@ def load_run_config(source: str | None, overrides: list[str]) -> tuple[Any, list
     return config, recipe_lines(source, overrides, config)
 
 
-def needed_packages(config: Any, gguf: bool) -> dict[str, str]:
-    """The optional packages (support-matrix names) this config needs, with the setting that needs each."""
-    from verl.models.lora import lora_enabled
-
-    needs = {}
-    if config.trainer.backend == "ray":
-        needs["ray"] = "trainer.backend=ray"
-    if lora_enabled(config.actor_rollout_ref.model):
-        needs["peft"] = "LoRA (actor_rollout_ref.model.lora_rank / lora_adapter_path)"
-    name = config.actor_rollout_ref.rollout.name
-    if name in ("vllm", "sglang"):
-        needs[name] = f"actor_rollout_ref.rollout.name={name}"
-    if gguf:
-        needs["gguf"] = needs["accelerate"] = "a .gguf model path"
-    return needs
-
-
-def environment_failures(rows: list[PackageRow], needs: dict[str, str]) -> list[str]:
-    """One line per package problem that makes this config fail."""
-    out = []
-    for row in rows:
-        needed_by = needs.get(row.key)
-        needed = row.feature is None or needed_by is not None
-        if row.key in BREAKS_TRANSFORMERS and row.status == CLASH:
-            out.append(f"environment: {row.clashes[0].describe()}")
-        elif needed and row.status == ABSENT:
-            out.append(
-                f"environment: {needed_by} needs {row.name}, which is not installed: pip install {row.name}"
-            )
-        elif needed and row.status in (MISSING, TOO_OLD, CLASH):
-            detail = "; ".join(c.describe() for c in row.clashes) if row.clashes else row.advice
-            why = f" ({needed_by})" if needed_by else ""
-            out.append(
-                f"environment: {row.name} {row.installed or ''} is {row.status}{why}: {detail}".replace(
-                    "  ", " "
-                )
-            )
-    return out
-
-
 def _training_device(config: Any, machine: Machine) -> str:
     asked = config.trainer.device
     if asked == "auto":
@@ -197,7 +153,7 @@ def diagnose(
     from verl.config.loader import with_updates
     from verl.config.sizes import derive_sizes
     from verl.config.verl_compat import notices
-    from verl.errors import InputError, UserError
+    from verl.errors import InputError, PackageError, UserError
     from verl.trainer.plan import StepPlan
     from verl.trainer.prepare import check_inputs, plan_inputs
     from verl.workers.rollout import get_rollout_class
@@ -221,6 +177,8 @@ def diagnose(
         check_inputs(config)
     except InputError as error:
         report.failures.append(f"input: {error}")
+    except PackageError:  # its last check: the environment section below reports each package
+        pass
     try:
         prepare_plan = plan_inputs(config)
         resolved = with_updates(config, prepare_plan.updates())

@@ -211,9 +211,11 @@ def _overrides_for(config: TrainerConfig, key: str) -> Any:
 def check_inputs(config: TrainerConfig) -> None:
     """Check the inputs the user gave, before anything is built, loaded or trained (cheap: no file is read
     but the models' config.json): the data files exist and are dataset files, the model and tokenizer
-    directories are whole (config.json, tokenizer files) or hub ids, the dtypes are known and the
-    sequence length fits the model. Each problem is an InputError / ConfigError naming the config key."""
+    directories are whole (config.json, tokenizer files) or hub ids, the dtypes are known, the
+    sequence length fits the model, and the packages the run needs are installed and recent enough. Each
+    problem is an InputError / ConfigError naming the config key (a PackageError naming the package)."""
     from verl.data.io import check_data_files
+    from verl.doctor.packages import check_packages
     from verl.models.gguf import check_gguf_file, is_gguf
     from verl.models.loading import check_model_dir, resolve_dtype
     from verl.trainer.plan import critic_enabled
@@ -254,6 +256,7 @@ def check_inputs(config: TrainerConfig) -> None:
         if critic.path and "critic.model.path" not in gguf_keys:
             check_model_dir(critic.path, "critic.model.path")
             _check_fits(config, critic.path, overrides=critic.override_config)
+    check_packages(config, gguf=bool(gguf_keys))
 
 
 def _check_names(config: TrainerConfig) -> None:
