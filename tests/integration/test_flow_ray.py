@@ -84,3 +84,22 @@ def test_a_dead_worker_fails_its_step_with_role_rank_and_cause(controller):
     message = str(info.value)
     assert "role 'actor' rank 0" in message and "died" in message, message
     assert independent["scores"].get() == [2.0]  # the other branch is not disturbed
+
+
+@pytest.mark.serial
+def test_info_logging_splits_a_ray_steps_time_into_workers_and_moving_data(controller, caplog):
+    import logging
+    import re
+
+    controller._flow_log.seen.clear()  # earlier tests ran these steps (unlogged)
+    with caplog.at_level(logging.INFO, logger="verl.dataflow"):
+        out = controller.step(
+            role="critic", method="score", inputs={"responses": ["x" * 100] * 1000}, outputs=["scores"]
+        )
+        out.wait()
+    (message,) = [r.getMessage() for r in caplog.records if r.name == "verl.dataflow"]
+    match = re.search(r"\((\d+\.\d+) s: (\d+\.\d+) s in the workers, (\d+\.\d+) s moving data\)", message)
+    assert match, message
+    total, worker, moving = (float(g) for g in match.groups())
+    assert worker >= 1.0  # the scorer sleeps 1 s in its process
+    assert moving >= 0.0 and abs(total - worker - moving) < 2e-3

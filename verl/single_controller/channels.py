@@ -140,6 +140,7 @@ class _Node:
         self.finished = threading.Event()
         self.started: float | None = None
         self.ended: float | None = None
+        self.worker_s: float | None = None  # of its wall time, the seconds in worker processes (Ray)
         self.trace: Any = None  # a NodeTrace when the controller records a trace
         self.trace_dag: Any = None
 

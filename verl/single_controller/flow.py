@@ -320,7 +320,9 @@ class Controller(DagTracing):
         role = self.roles[node.role]
         while True:
             try:
-                return group.call(node.method, **kwargs)
+                result = group.call(node.method, **kwargs)
+                node.worker_s = getattr(group, "last_call_worker_s", None)  # Ray: its time in the workers
+                return result
             except WorkerError as error:
                 if role.on_failure != "restart" or self.restarts[node.role] >= role.max_restarts:
                     if role.fallback is not None:

@@ -1,9 +1,11 @@
-"""``logging.INFO`` shows the data flow of a step once: which role sends what to whom, sizes, devices.
+"""``logging.INFO`` shows the data flow of a step once: which role sends what to whom, sizes, devices, and
+(Ray) how long the data took to move.
 
 Seed 001's debugging tip is ``logging.basicConfig(level=logging.INFO)``. Each distinct step of the DAG
 (``actor_rollout.generate_sequences [gen]``, ``reward.compute_score [reward]``, ...) is logged the first
 time it runs, with where its inputs come from, their shapes, dtypes, devices and bytes, where it runs
-(in the driver's process, or which Ray worker processes the inputs cross into) and what it returned.
+(in the driver's process, or which Ray worker processes the inputs cross into), what it returned, and its
+seconds: with Ray, those in the workers and those spent moving the data between processes.
 Later runs of the same step are not logged again, so a long run's log stays readable.
 """
 
@@ -60,10 +62,16 @@ class DataFlowLog:
         where: str,
         result: Any,
         s: float,
+        worker_s: float | None = None,
     ) -> None:
-        """``sources``: for each input, the step it comes from (or "driver" for a value the driver gave)."""
+        """``sources``: for each input, the step it comes from (or "driver" for a value the driver gave);
+        ``worker_s``: of the ``s`` seconds, those the worker processes ran it (None: in the driver's process)."""
         self.seen.add(label)
-        lines = [f"data flow: {label} runs in {where} ({s:.3f} s)"]
+        if worker_s is None:
+            timing = f"{s:.3f} s"
+        else:  # the rest pickled the inputs and the result and moved them between processes (and waited)
+            timing = f"{s:.3f} s: {worker_s:.3f} s in the workers, {max(s - worker_s, 0.0):.3f} s moving data"
+        lines = [f"data flow: {label} runs in {where} ({timing})"]
         for name, value in inputs.items():
             lines.append(f"  <- {name} from {sources.get(name, 'driver')}: {describe_value(value)}")
         lines.append(f"  -> {describe_value(result)}")

@@ -34,7 +34,7 @@ class DagTracing:
             else f"{where} (inputs pickled across processes)"
         )
         seconds = time.perf_counter() - node.started
-        self._flow_log.log(_flow_label(node), kwargs, sources, where, result, seconds)
+        self._flow_log.log(_flow_label(node), kwargs, sources, where, result, seconds, node.worker_s)
 
     def _where(self, role: str) -> str:
         group = self.groups.get(role)

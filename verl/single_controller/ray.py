@@ -113,6 +113,8 @@ class RayWorkerGroup(WorkerGroup):
     """
 
     in_process = False
+    last_call_worker_s: float | None = None
+    """the seconds the slowest rank's worker ran the last call (the rest of its wall time moved the data)"""
 
     failure_grace_s: float = 5.0
     """After one rank fails, how long to wait for the others before cancelling them. A peer blocked in a
@@ -236,7 +238,10 @@ class RayWorkerGroup(WorkerGroup):
             except Exception as error:  # e.g. an argument Ray cannot serialise: the call never left
                 failures[rank] = self._worker_error(rank, method, error, context="could not send the call: ")
                 break
-        return self._gather(method, refs, failures)
+        timed = self._gather(method, refs, failures)
+        # the slowest rank's time in its worker; the rest of the call's wall time moved data (and waited)
+        self.last_call_worker_s = max(seconds for _, seconds in timed.values())
+        return {rank: result for rank, (result, _) in timed.items()}
 
     def _gather(
         self, method: str, refs: dict[int, Any], failures: dict[int, WorkerError] | None = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -79,11 +80,14 @@ class WorkerHost:
             sock.bind(("", 0))
             return sock.getsockname()[1]
 
-    def call(self, key: str, method: str, args: tuple, kwargs: dict) -> Any:
-        """Run one method of group ``key``'s worker, one call at a time per worker."""
+    def call(self, key: str, method: str, args: tuple, kwargs: dict) -> tuple[Any, float]:
+        """Run one method of group ``key``'s worker, one call at a time per worker: (its result, the seconds
+        it ran here, which the driver subtracts from the call's wall time to tell the data's travel)."""
         if key not in self._workers:
             raise RuntimeError(f"no worker of group {key!r} lives in this process (pid {os.getpid()})")
-        return self._threads[key].submit(getattr(self._workers[key], method), *args, **kwargs).result()
+        start = time.perf_counter()
+        result = self._threads[key].submit(getattr(self._workers[key], method), *args, **kwargs).result()
+        return result, time.perf_counter() - start
 
     def drop(self, key: str) -> None:
         """Forget group ``key``'s worker (its group shut down while colocated groups live on).
