@@ -128,8 +128,9 @@ class TrainerSection:
     """output directory for checkpoints and logs"""
     logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])
     """metric sinks: console (a progress bar on a terminal, a line every 30 s elsewhere) | jsonl (or verl's
-    name, file: metrics.jsonl) | tensorboard | wandb (offline without credentials) | mlflow (a SQLite store
-    in the run directory unless MLFLOW_TRACKING_URI is set); see docs/tracking.md"""
+    name, file: metrics.jsonl) | csv (metrics.csv: a row per step, a column per metric) | tensorboard | wandb
+    (offline without credentials) | mlflow (a SQLite store in the run directory unless MLFLOW_TRACKING_URI is
+    set); see docs/tracking.md"""
     log_val_generations: int = 0
     """log this many validation samples (the same ones each time) as a table to the trackers that show
     tables (tensorboard text, wandb Table, mlflow artifact)"""

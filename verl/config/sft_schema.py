@@ -102,7 +102,7 @@ class SFTTrainerSection:
     """default_local_dir is not empty (an earlier model or run): refuse (stop with an error) | move_aside
     (move its files to <dir>.moved-<time>; nothing is deleted)"""
     logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])
-    """metric sinks: console | jsonl (or file) | tensorboard | wandb | mlflow, as trainer.logger of verl run"""
+    """metric sinks: console | jsonl (or file) | csv | tensorboard | wandb | mlflow, as trainer.logger of verl run"""
     test_freq: int = -1
     """validate every this many steps: not built yet (no validation pass), so only -1 (never) is accepted"""
     torch_threads: Optional[Any] = "auto"

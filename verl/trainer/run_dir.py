@@ -60,7 +60,16 @@ CONFIG_MARK = "# verl: the resolved config of the run in this directory\n"
 """the first line of the run's ``config.yaml``: a file without it is the user's and is never replaced"""
 VALIDATION_DIR = "validation"
 """the run's validation generations, ``<step>.jsonl`` (when trainer.validation_data_dir names no other)"""
-RUN_FILES = ("metrics.jsonl", LATEST, "tensorboard", VALIDATION_DIR, "wandb", "mlflow.db", "mlflow-artifacts")
+RUN_FILES = (
+    "metrics.jsonl",
+    "metrics.csv",
+    LATEST,
+    "tensorboard",
+    VALIDATION_DIR,
+    "wandb",
+    "mlflow.db",
+    "mlflow-artifacts",
+)
 """What a run leaves in its directory besides its checkpoints that is worth refusing a new run over
 (``run.json``, ``config.yaml``, ``trace.html`` and ``report.html`` alone are not: without these, there
 is nothing of the run to lose)."""

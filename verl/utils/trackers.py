@@ -1,4 +1,4 @@
-"""One class per metric sink (``trainer.logger``): JSONL, TensorBoard, Weights & Biases, MLflow.
+"""One class per metric sink (``trainer.logger``): JSONL, CSV, TensorBoard, Weights & Biases, MLflow.
 
 Each sink writes inside the run directory unless the user's own environment variable names another place
 (``TENSORBOARD_DIR``, ``WANDB_DIR``, ``MLFLOW_TRACKING_URI``, as in verl), so a run never writes into
@@ -9,6 +9,7 @@ trainer closes every sink on a normal exit, on an exception and on SIGTERM / Ctr
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import netrc
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-BUILT = ("console", "jsonl", "file", "tensorboard", "wandb", "mlflow")
+BUILT = ("console", "jsonl", "file", "csv", "tensorboard", "wandb", "mlflow")
 """``trainer.logger`` values built here; ``file`` is verl's name for the JSONL file"""
 NOT_BUILT = ("swanlab", "trackio", "clearml", "vemlp_wandb", "rl_insight")
 """verl's trackers that are not built here (their metrics still go to metrics.jsonl)"""
@@ -94,6 +95,74 @@ class JsonlTracker:
 
     def close(self, failed: bool = False) -> None:
         self.file.close()
+
+
+class CsvTracker:
+    """``metrics.csv``: a row per step, a column per metric (``step`` first), for a spreadsheet or pandas.
+
+    A step appends its row and flushes. A metric first seen at a later step (validation's) widens the table:
+    the file is rewritten with the new column, empty in the earlier rows. A resumed run logs again the steps
+    the interrupted one logged after its last checkpoint: at its first step the rows from that step on move to
+    ``metrics.after_step_<N>.<time>.csv`` (as ``metrics.jsonl``'s do), so no step appears twice and none is
+    lost.
+    """
+
+    def __init__(self, output_dir: Path) -> None:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        self.path = output_dir / "metrics.csv"
+        self.columns: list[str] = ["step"]
+        self.rows: list[dict[str, Any]] = []
+        if self.path.is_file():  # a resumed run's
+            with open(self.path, newline="", encoding="utf-8") as f:
+                reader = csv.DictReader(f)
+                self.columns = list(reader.fieldnames or self.columns)
+                self.rows = list(reader)
+        self.first_step: int | None = None
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        row = {"step": step, **{k: jsonable(v) for k, v in metrics.items()}}
+        rewrite = False
+        if self.first_step is None:
+            self.first_step = step
+            rewrite = self._set_aside_rows_from(step)
+        new = [key for key in row if key not in self.columns]
+        self.columns += new
+        self.rows.append(row)
+        if rewrite or new or len(self.rows) == 1:
+            self._write(self.rows, self.path)
+        else:
+            with open(self.path, "a", newline="", encoding="utf-8") as f:
+                csv.DictWriter(f, self.columns).writerow(row)
+
+    def _set_aside_rows_from(self, step: int) -> bool:
+        later = [row for row in self.rows if _row_step(row) >= step]
+        if not later:
+            return False
+        aside = self.path.with_name(f"metrics.after_step_{step - 1}.{time.strftime('%Y%m%d-%H%M%S')}.csv")
+        self._write(later, aside)
+        self.rows = [row for row in self.rows if _row_step(row) < step]
+        return True
+
+    def _write(self, rows: list[dict[str, Any]], path: Path) -> None:
+        temporary = path.with_name(path.name + ".tmp")
+        with open(temporary, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, self.columns)
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(temporary, path)
+
+    def log_table(self, name: str, columns: list[str], rows: list[list[Any]], step: int) -> None:
+        """Tables live in their own files (``validation/<step>.jsonl``), not in the metrics rows."""
+
+    def close(self, failed: bool = False) -> None:
+        """Every row is on disk when ``log`` returns."""
+
+
+def _row_step(row: dict[str, Any]) -> float:
+    try:
+        return float(row["step"])
+    except (KeyError, TypeError, ValueError):  # a row cut short by a kill: set aside with the later ones
+        return math.inf
 
 
 class TensorboardTracker:

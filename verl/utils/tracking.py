@@ -14,7 +14,15 @@ from typing import Any
 
 from tqdm import tqdm
 
-from verl.utils.trackers import BUILT, JsonlTracker, MlflowTracker, TensorboardTracker, WandbTracker, redact
+from verl.utils.trackers import (
+    BUILT,
+    CsvTracker,
+    JsonlTracker,
+    MlflowTracker,
+    TensorboardTracker,
+    WandbTracker,
+    redact,
+)
 
 # The handful of numbers shown on the progress bar; everything goes to the other sinks.
 CONSOLE_KEYS = {
@@ -203,6 +211,8 @@ class Tracking:
                     self.progress = ProgressLines(total_steps, initial_step, desc)
             if "jsonl" in loggers or "file" in loggers:
                 self.sinks["jsonl"] = JsonlTracker(self.output_dir)
+            if "csv" in loggers:
+                self.sinks["csv"] = CsvTracker(self.output_dir)
             if "tensorboard" in loggers:
                 self.sinks["tensorboard"] = TensorboardTracker(self.output_dir)
             if "wandb" in loggers:
