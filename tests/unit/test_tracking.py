@@ -116,7 +116,9 @@ def test_a_failed_run_is_marked_failed_and_every_sink_still_closes(tmp_path, off
 
 
 def test_unknown_logger_names_the_choices(tmp_path):
-    with pytest.raises(ValueError, match="swanlab.*choose console, jsonl, file, csv, tensorboard, wandb, mlflow"):
+    with pytest.raises(
+        ValueError, match="swanlab.*choose console, jsonl, file, csv, tensorboard, wandb, mlflow"
+    ):
         Tracking(["console", "swanlab"], tmp_path, 1)
 
 
