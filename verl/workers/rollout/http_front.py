@@ -184,7 +184,10 @@ class OpenAIFront:
                 return self._error(f"the server is shutting down: {error}", 503)
             logger.exception("the rollout engine failed on a request")
             return self._error(f"{type(error).__name__}: {error}", 500)
-        replies = [reply_text(self.tokenizer, response, self.stop_ids, parsed) for response in responses]
+        try:
+            replies = [reply_text(self.tokenizer, response, self.stop_ids, parsed) for response in responses]
+        except RequestError as error:  # log-probs asked of an engine that returns none
+            return self._error(str(error), 400)
         stats = self.stats
         stats.requests += 1
         stats.prompt_tokens += len(parsed.prompt_ids)

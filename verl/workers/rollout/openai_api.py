@@ -12,8 +12,14 @@ is one):
   ``seed``, ``ignore_eos``, ``stop`` (strings, cut from the text after generating) and
   ``skip_special_tokens``; what a body leaves out comes from :class:`SamplingDefaults` (the server's
   ``rollout`` settings, as verl hands them to vLLM as its generation config);
-* a setting that would change the reply but is not built (streaming, log-probs, penalties, logit bias, tools)
-  is refused with HTTP 400 naming it, rather than ignored; other unknown fields are ignored, as vLLM does.
+* ``logprobs`` (chat: ``true``; completions: ``0``): each returned token's log-prob under the sampling
+  distribution softmax(logits / T), untruncated (what the engine returned with the token, verl's
+  ``rollout_log_probs``), in OpenAI's layout; the stop token and the tokens past a stop string are not in the
+  text and not in the list. ``top_logprobs`` (chat) / ``logprobs`` > 0 (completions) are refused: the engines
+  return the sampled token's log-prob only;
+* a setting that would change the reply but is not built (streaming, top log-probs, penalties, logit bias,
+  tools) is refused with HTTP 400 naming it, rather than ignored; other unknown fields are ignored, as vLLM
+  does.
 
 A prompt of ``max_model_len`` tokens or more, or one whose ``max_tokens`` would run past it, is refused (400).
 """
@@ -59,6 +65,8 @@ class ParsedRequest:
     stop: tuple[str, ...] = ()
     skip_special_tokens: bool = True
     model: str | None = None
+    logprobs: bool = False
+    """return each token's log-prob with the reply"""
 
     def token_requests(self, request_id: str) -> list[TokenRequest]:
         """One token request per reply; reply ``i`` samples with ``seed + i`` when a seed is given."""
@@ -76,7 +84,6 @@ class ParsedRequest:
 
 UNSUPPORTED: dict[str, tuple[Any, ...]] = {
     "stream": (None, False),
-    "logprobs": (None, False),
     "top_logprobs": (None, 0),
     "echo": (None, False),
     "presence_penalty": (None, 0, 0.0),
@@ -98,7 +105,7 @@ UNSUPPORTED: dict[str, tuple[Any, ...]] = {
 KNOWN = {
     "messages", "prompt", "model", "temperature", "top_p", "top_k", "max_tokens", "max_completion_tokens", "n",
     "seed", "stop", "ignore_eos", "skip_special_tokens", "add_generation_prompt", "continue_final_message",
-    "chat_template", "chat_template_kwargs", "add_special_tokens", "user", "tool_choice", *UNSUPPORTED,
+    "chat_template", "chat_template_kwargs", "add_special_tokens", "user", "tool_choice", "logprobs", *UNSUPPORTED,
 }  # fmt: skip
 """the fields read (or refused); any other is ignored"""
 
@@ -207,6 +214,21 @@ def parse_sampling(
         stop=_stop_strings(body),
         skip_special_tokens=_flag(body, "skip_special_tokens", True),
         model=model if isinstance(model, str) else None,
+        logprobs=_logprobs(body),
+    )
+
+
+def _logprobs(body: Mapping[str, Any]) -> bool:
+    """Whether the reply carries its tokens' log-probs: chat's ``logprobs: true``, completions' ``logprobs: 0``
+    (a count of top alternatives per token, which no engine here returns beyond the sampled one)."""
+    value = body.get("logprobs")
+    if value is None or value is False:
+        return False
+    if value is True or (isinstance(value, Integral) and value == 0):
+        return True
+    raise RequestError(
+        f"logprobs={value!r} is not supported by this server: it returns each token's own log-prob (chat: "
+        "logprobs=true; completions: logprobs=0), not the top alternatives"
     )
 
 
@@ -292,6 +314,8 @@ class Reply:
     finish_reason: str
     tokens: int = 0
     """tokens generated (the stop token included)"""
+    token_logprobs: list[tuple[str, float]] | None = None
+    """with ``logprobs``: each token of the text (decoded alone) and its log-prob"""
 
 
 def reply_text(
@@ -306,7 +330,27 @@ def reply_text(
     cuts = [text.find(s) for s in parsed.stop if s in text]
     if cuts:
         text, finish = text[: min(cuts)], "stop"
-    return Reply(text, finish, len(response.response_ids))
+    reply = Reply(text, finish, len(response.response_ids))
+    if parsed.logprobs:
+        if response.log_probs is None:
+            raise RequestError(
+                "logprobs: the rollout engine behind this server returns no log-probs (rollout.name=hf needs "
+                "rollout.calculate_log_probs=true)"
+            )
+        kept = _tokens_in(tokenizer, ids, len(text), parsed.skip_special_tokens)
+        reply.token_logprobs = [
+            (tokenizer.decode([token], skip_special_tokens=parsed.skip_special_tokens), float(lp))
+            for token, lp in zip(ids[:kept], response.log_probs, strict=False)
+        ]
+    return reply
+
+
+def _tokens_in(tokenizer: Any, ids: list[int], length: int, skip_special: bool) -> int:
+    """How many of ``ids`` a text cut to ``length`` characters holds: those whose decoding ends within it."""
+    count = len(ids)
+    while count and len(tokenizer.decode(ids[:count], skip_special_tokens=skip_special)) > length:
+        count -= 1
+    return count
 
 
 def _usage(prompt_tokens: int, replies: Sequence[Reply]) -> dict[str, int]:
@@ -329,7 +373,7 @@ def chat_completion(model: str, prompt_tokens: int, replies: Sequence[Reply]) ->
             {
                 "index": i,
                 "message": {"role": "assistant", "content": reply.text},
-                "logprobs": None,
+                "logprobs": _chat_logprobs(reply),
                 "finish_reason": reply.finish_reason,
             }
             for i, reply in enumerate(replies)
@@ -346,10 +390,43 @@ def text_completion(model: str, prompt_tokens: int, replies: Sequence[Reply]) ->
         "created": int(time.time()),
         "model": model,
         "choices": [
-            {"index": i, "text": reply.text, "logprobs": None, "finish_reason": reply.finish_reason}
+            {
+                "index": i,
+                "text": reply.text,
+                "logprobs": _text_logprobs(reply),
+                "finish_reason": reply.finish_reason,
+            }
             for i, reply in enumerate(replies)
         ],
         "usage": _usage(prompt_tokens, replies),
+    }
+
+
+def _chat_logprobs(reply: Reply) -> dict[str, Any] | None:
+    """chat.completion's ``logprobs``: a ``content`` entry per token (its text, log-prob and UTF-8 bytes)."""
+    if reply.token_logprobs is None:
+        return None
+    return {
+        "content": [
+            {"token": token, "logprob": lp, "bytes": list(token.encode("utf-8")), "top_logprobs": []}
+            for token, lp in reply.token_logprobs
+        ]
+    }
+
+
+def _text_logprobs(reply: Reply) -> dict[str, Any] | None:
+    """text_completion's ``logprobs``: the tokens, their log-probs, and where each starts in the text."""
+    if reply.token_logprobs is None:
+        return None
+    offsets, at = [], 0
+    for token, _ in reply.token_logprobs:
+        offsets.append(at)
+        at += len(token)
+    return {
+        "tokens": [token for token, _ in reply.token_logprobs],
+        "token_logprobs": [lp for _, lp in reply.token_logprobs],
+        "top_logprobs": None,
+        "text_offset": offsets,
     }
 
 
