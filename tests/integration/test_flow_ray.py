@@ -100,6 +100,5 @@ def test_info_logging_splits_a_ray_steps_time_into_workers_and_moving_data(contr
     (message,) = [r.getMessage() for r in caplog.records if r.name == "verl.dataflow"]
     match = re.search(r"\((\d+\.\d+) s: (\d+\.\d+) s in the workers, (\d+\.\d+) s moving data\)", message)
     assert match, message
-    total, worker, moving = (float(g) for g in match.groups())
-    assert worker >= 1.0  # the scorer sleeps 1 s in its process
-    assert moving >= 0.0 and abs(total - worker - moving) < 2e-3
+    total, worker, _ = (float(g) for g in match.groups())
+    assert 1.0 <= worker <= total  # the scorer sleeps 1 s in its process

@@ -30,7 +30,7 @@ def test_a_resumed_run_sets_aside_the_steps_it_logs_again(tmp_path):
     first = CsvTracker(tmp_path)
     for step in (1, 2, 3):  # the killed run: its last checkpoint was at step 1
         first.log({"x": float(step)}, step)
-    resumed = CsvTracker(tmp_path)
+    resumed = CsvTracker(tmp_path, resume_step=1)
     resumed.log({"x": 20.0}, 2)
     resumed.log({"x": 30.0, "y": 1.0}, 3)
     _, rows = read(tmp_path / "metrics.csv")
@@ -38,3 +38,18 @@ def test_a_resumed_run_sets_aside_the_steps_it_logs_again(tmp_path):
     (aside,) = tmp_path.glob("metrics.after_step_1.*.csv")
     _, old = read(aside)
     assert [(r["step"], r["x"]) for r in old] == [("2", "2.0"), ("3", "3.0")]  # nothing lost
+
+
+def test_a_validation_only_pass_at_the_last_step_keeps_the_training_row(tmp_path):
+    first = CsvTracker(tmp_path)
+    for step in (1, 2):
+        first.log({"x": float(step)}, step)
+    again = CsvTracker(tmp_path, resume_step=2)  # trainer.val_only from the step-2 checkpoint
+    again.log({"val-core/acc": 0.5}, 2)
+    _, rows = read(tmp_path / "metrics.csv")
+    assert [(r["step"], r["x"], r["val-core/acc"]) for r in rows] == [
+        ("1", "1.0", ""),
+        ("2", "2.0", ""),
+        ("2", "", "0.5"),
+    ]
+    assert not list(tmp_path.glob("metrics.after_step_*"))

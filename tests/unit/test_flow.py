@@ -193,9 +193,11 @@ def test_a_fallback_with_restart_answers_once_the_restarts_are_used_up():
         assert out["total"].get() == [0] and controller.fallbacks == {"reward": 1}
 
 
-def test_fallback_policy_needs_a_function():
+def test_fallback_policy_needs_a_function_and_fail_takes_none():
     with pytest.raises(ValueError, match="on_failure='fallback' needs fallback="):
         Role("reward", on_failure="fallback")
+    with pytest.raises(ValueError, match="with on_failure='fail' a failure fails the step"):
+        Role("reward", fallback=lambda method, **inputs: None)
 
 
 def test_fail_policy_reports_the_worker_and_cause():

@@ -39,3 +39,19 @@ def test_a_scorer_name_is_a_scoring_function_not_a_model() -> None:
 def test_a_near_miss_of_a_scorer_name_is_refused_as_a_typo() -> None:
     with pytest.raises(ConfigError, match="did you mean the scorer 'gsm8k'"):
         apply_seed_arguments(load_config("grpo", []), None, reward_model="gsm8kk")
+
+
+def test_a_reward_model_and_a_scoring_function_together_are_refused(tmp_path) -> None:
+    with pytest.raises(ValueError, match="pass reward_model or compute_score, not both"):
+        apply_seed_arguments(load_config("grpo", []), lambda *a, **k: 0.0, reward_model=str(tmp_path))
+
+
+def test_a_reward_model_path_with_a_custom_reward_function_is_refused(tmp_path) -> None:
+    config = load_config("grpo", [f"custom_reward_function.path={tmp_path / 'judge.py'}"])
+    with pytest.raises(ConfigError, match="with custom_reward_function.path set"):
+        apply_seed_arguments(config, None, reward_model=str(tmp_path))
+
+
+def test_checkpoint_config_must_be_a_dict() -> None:
+    with pytest.raises(ConfigError, match=r"checkpoint_config=\.\.\.\) must be a dict of save_interval"):
+        apply_seed_arguments(load_config("grpo", []), None, checkpoint_config=[("save_interval", 1)])

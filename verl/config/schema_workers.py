@@ -342,7 +342,8 @@ class RolloutConfig:
     calculate_log_probs: Optional[bool] = None
     """return the engine's own log-probs with each response. null = on where the engine returns them (verl's
     default since 0.9.0: fast, vllm and sglang always do; hf only with true: from generate's logits, compared
-    with the old_log_prob pass, which still computes π_old); true is refused with the dummy engine"""
+    with the old_log_prob pass, which still computes π_old except in rollout-correction bypass mode); true is
+    refused with the dummy engine"""
     micro_batch_size: Optional[int] = None
     """generation chunk size in prompts; None = the whole batch at once"""
     ignore_eos: bool = False

@@ -318,12 +318,15 @@ class Controller(DagTracing):
             return node.method(**kwargs)
         group = self.groups[node.role]
         role = self.roles[node.role]
+        first_attempt = True
         while True:
             try:
                 result = group.call(node.method, **kwargs)
-                node.worker_s = getattr(group, "last_call_worker_s", None)  # Ray: its time in the workers
+                if first_attempt and hasattr(group, "last_call_worker_s"):  # Ray: its time in the workers
+                    node.worker_s = group.last_call_worker_s()
                 return result
             except WorkerError as error:
+                first_attempt = False
                 if role.on_failure != "restart" or self.restarts[node.role] >= role.max_restarts:
                     if role.fallback is not None:
                         return self._fall_back(node, role, error, kwargs)

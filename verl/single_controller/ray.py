@@ -113,8 +113,6 @@ class RayWorkerGroup(WorkerGroup):
     """
 
     in_process = False
-    last_call_worker_s: float | None = None
-    """the seconds the slowest rank's worker ran the last call (the rest of its wall time moved the data)"""
 
     failure_grace_s: float = 5.0
     """After one rank fails, how long to wait for the others before cancelling them. A peer blocked in a
@@ -147,6 +145,7 @@ class RayWorkerGroup(WorkerGroup):
         self._pids: dict[int, int] = {}
         self._nodes: dict[int, tuple[str, str]] = {}
         self._hosts: Hosts[RayWorkerGroup] | None = None
+        self._calls = threading.local()  # per calling thread: what its last call's ranks reported
         ensure_ray()
         with _BUILD_LOCK:
             self._hosts = self._join_hosts(colocate_with, num_cpus_per_worker, num_gpus_per_worker, nnodes)
@@ -238,10 +237,15 @@ class RayWorkerGroup(WorkerGroup):
             except Exception as error:  # e.g. an argument Ray cannot serialise: the call never left
                 failures[rank] = self._worker_error(rank, method, error, context="could not send the call: ")
                 break
+        self._calls.worker_s = None
         timed = self._gather(method, refs, failures)
         # the slowest rank's time in its worker; the rest of the call's wall time moved data (and waited)
-        self.last_call_worker_s = max(seconds for _, seconds in timed.values())
+        self._calls.worker_s = max(seconds for _, seconds in timed.values())
         return {rank: result for rank, (result, _) in timed.items()}
+
+    def last_call_worker_s(self) -> float | None:
+        """The seconds the slowest rank's worker ran this thread's last call (None when it failed)."""
+        return getattr(self._calls, "worker_s", None)
 
     def _gather(
         self, method: str, refs: dict[int, Any], failures: dict[int, WorkerError] | None = None

@@ -59,6 +59,11 @@ class Role:
             raise ValueError(
                 f"Role {self.name!r}: on_failure must be 'fail', 'restart' or 'fallback', got {self.on_failure!r}"
             )
+        if self.fallback is not None and self.on_failure == "fail":
+            raise ValueError(
+                f"Role {self.name!r}: fallback= answers failed calls with on_failure='fallback' (or 'restart', once "
+                "the restarts are used up); with on_failure='fail' a failure fails the step"
+            )
         if self.on_failure == "fallback" and not callable(self.fallback):
             raise ValueError(
                 f"Role {self.name!r}: on_failure='fallback' needs fallback=, a function (method_name, **inputs) "

@@ -77,6 +77,11 @@ def checkpoint_updates(checkpoint_config: dict[str, Any]) -> dict[str, Any]:
     """``RLTrainer(checkpoint_config={"save_interval": 100, "keep_last_k": 3, "async_save": True})``: a
     checkpoint every ``save_interval`` steps, the last ``keep_last_k`` kept (actor and critic), written in the
     background when ``async_save``."""
+    if not isinstance(checkpoint_config, dict):
+        raise ConfigError(
+            f"RLTrainer(checkpoint_config=...) must be a dict of {', '.join(CHECKPOINT_KEYS)}; got "
+            f"{type(checkpoint_config).__name__}"
+        )
     updates: dict[str, Any] = {}
     for key, value in checkpoint_config.items():
         if key not in CHECKPOINT_KEYS:
@@ -102,19 +107,25 @@ def apply_seed_arguments(
     """The config with the keyword arguments applied, and the scoring function (``reward_model`` a function
     or a built-in scorer's name; any other string is the reward model's directory or hub id)."""
     updates: dict[str, Any] = fsdp_updates(fsdp_config) if fsdp_config else {}
-    if checkpoint_config:
+    if checkpoint_config is not None:
         updates.update(checkpoint_updates(checkpoint_config))
     if actor_model is not None:
         updates["actor_rollout_ref.model.path"] = str(actor_model)
     if use_vllm:
         updates["actor_rollout_ref.rollout.name"] = "vllm"
+    if reward_model is not None and compute_score is not None:
+        raise ValueError("RLTrainer: pass reward_model or compute_score, not both")
     if reward_model is not None and not callable(reward_model) and not _is_scorer(reward_model):
         # a reward model: it scores every response in a reward worker of its own (reward_model.enable)
+        if config.custom_reward_function.path:
+            raise ConfigError(
+                f"RLTrainer(reward_model={reward_model!r}) with custom_reward_function.path set: verl would serve "
+                "the model to that function as a generative judge; for that set reward_model.enable=true and "
+                "reward_model.model.path in the config, or leave custom_reward_function.path unset"
+            )
         updates["reward_model.enable"] = True
         updates["reward_model.model.path"] = str(reward_model)
     elif reward_model is not None:
-        if compute_score is not None:
-            raise ValueError("RLTrainer: pass reward_model or compute_score, not both")
         compute_score = scoring_function(reward_model, "RLTrainer(reward_model=...)")
     return with_updates(config, updates), compute_score
 

@@ -101,13 +101,12 @@ class CsvTracker:
     """``metrics.csv``: a row per step, a column per metric (``step`` first), for a spreadsheet or pandas.
 
     A step appends its row and flushes. A metric first seen at a later step (validation's) widens the table:
-    the file is rewritten with the new column, empty in the earlier rows. A resumed run logs again the steps
-    the interrupted one logged after its last checkpoint: at its first step the rows from that step on move to
-    ``metrics.after_step_<N>.<time>.csv`` (as ``metrics.jsonl``'s do), so no step appears twice and none is
-    lost.
+    the file is rewritten with the new column, empty in the earlier rows. A run resumed from step N logs again
+    the steps the interrupted one logged after N: the rows after N move to ``metrics.after_step_<N>.<time>.csv``
+    when the tracker opens (as ``metrics.jsonl``'s do), so no step is there twice and none is lost.
     """
 
-    def __init__(self, output_dir: Path) -> None:
+    def __init__(self, output_dir: Path, resume_step: int = 0) -> None:
         output_dir.mkdir(parents=True, exist_ok=True)
         self.path = output_dir / "metrics.csv"
         self.columns: list[str] = ["step"]
@@ -117,31 +116,23 @@ class CsvTracker:
                 reader = csv.DictReader(f)
                 self.columns = list(reader.fieldnames or self.columns)
                 self.rows = list(reader)
-        self.first_step: int | None = None
+            later = [row for row in self.rows if _row_step(row) > resume_step]
+            if later:
+                stamp = time.strftime("%Y%m%d-%H%M%S")
+                self._write(later, self.path.with_name(f"metrics.after_step_{resume_step}.{stamp}.csv"))
+                self.rows = [row for row in self.rows if _row_step(row) <= resume_step]
+                self._write(self.rows, self.path)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         row = {"step": step, **{k: jsonable(v) for k, v in metrics.items()}}
-        rewrite = False
-        if self.first_step is None:
-            self.first_step = step
-            rewrite = self._set_aside_rows_from(step)
         new = [key for key in row if key not in self.columns]
         self.columns += new
         self.rows.append(row)
-        if rewrite or new or len(self.rows) == 1:
+        if new or not self.path.is_file():
             self._write(self.rows, self.path)
         else:
             with open(self.path, "a", newline="", encoding="utf-8") as f:
                 csv.DictWriter(f, self.columns).writerow(row)
-
-    def _set_aside_rows_from(self, step: int) -> bool:
-        later = [row for row in self.rows if _row_step(row) >= step]
-        if not later:
-            return False
-        aside = self.path.with_name(f"metrics.after_step_{step - 1}.{time.strftime('%Y%m%d-%H%M%S')}.csv")
-        self._write(later, aside)
-        self.rows = [row for row in self.rows if _row_step(row) < step]
-        return True
 
     def _write(self, rows: list[dict[str, Any]], path: Path) -> None:
         temporary = path.with_name(path.name + ".tmp")

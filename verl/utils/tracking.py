@@ -212,7 +212,7 @@ class Tracking:
             if "jsonl" in loggers or "file" in loggers:
                 self.sinks["jsonl"] = JsonlTracker(self.output_dir)
             if "csv" in loggers:
-                self.sinks["csv"] = CsvTracker(self.output_dir)
+                self.sinks["csv"] = CsvTracker(self.output_dir, resume_step=initial_step)
             if "tensorboard" in loggers:
                 self.sinks["tensorboard"] = TensorboardTracker(self.output_dir)
             if "wandb" in loggers:

@@ -187,6 +187,7 @@ def build_engine(config: Any, device: torch.device) -> BuiltEngine:
         engine = engine_cls(model, stop_ids, tokenizer.pad_token_id)
         if hasattr(engine, "generator"):
             engine.generator = torch.Generator(device).manual_seed(seed)
+    engine.calculate_log_probs = True  # the server's `logprobs` (hf computes them only when asked)
     label = f"{engine_cls.label}{package_version(engine_cls.package)}"
     return BuiltEngine(
         engine, tokenizer, stop_ids, max_len, f"{label} in {str(dtype).removeprefix('torch.')} on {device}"

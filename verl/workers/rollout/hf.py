@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from transformers import PreTrainedModel
+from transformers import LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
 from verl.protocol import DataProto
 from verl.utils.precision import compute_in
@@ -23,8 +23,9 @@ class HFRollout(RolloutEngine):
 
     With ``calculate_log_probs`` each response comes with its log-probs (``rollout_log_probs``) under
     softmax(logits / T), untruncated, from the logits ``generate`` returns: what the fast engine returns. They
-    are not taken for π_old (``returns_log_probs`` stays False): the old_log_prob pass still computes that,
-    and the two are compared (``training/rollout_probs_diff_*``). ``ignore_eos`` (``SamplingParams``): no
+    are not taken for π_old (``returns_log_probs`` stays False) except in rollout-correction bypass mode: the
+    old_log_prob pass computes it, and the two are compared (``training/rollout_probs_diff_*``). They are
+    gathered step by step (one step's distribution kept at a time). ``ignore_eos`` (``SamplingParams``): no
     token stops a response.
     """
 
@@ -64,6 +65,7 @@ class HFRollout(RolloutEngine):
             )
         input_ids = prompts.batch["input_ids"]
         stop_tokens = sampling.stop_tokens(self.eos_token_ids)
+        recorder = _SampledLogProbs(scoring_temperature(sampling)) if self.calculate_log_probs else None
         output = self.model.generate(
             input_ids=input_ids,
             attention_mask=prompts.batch["attention_mask"],
@@ -71,28 +73,43 @@ class HFRollout(RolloutEngine):
             eos_token_id=stop_tokens,  # [] with ignore_eos: nothing stops a row
             pad_token_id=self.pad_token_id,
             use_cache=True,
-            return_dict_in_generate=True,
-            output_logits=self.calculate_log_probs,
+            logits_processor=LogitsProcessorList([recorder] if recorder else []),
             **kwargs,
         )
         self.model.train(was_training)
-        responses = output.sequences[:, input_ids.shape[1] :]
+        responses = output[:, input_ids.shape[1] :]
         result = assemble_rollout_output(
             prompts, responses, stop_tokens, self.pad_token_id, sampling.max_new_tokens
         )
-        if self.calculate_log_probs:
-            result.batch["rollout_log_probs"] = (
-                _token_log_probs(output.logits, responses, sampling) * (result.batch["response_mask"])
-            )
+        if recorder is not None:
+            log_probs = recorder.finish(output[:, -1:])
+            log_probs = F.pad(log_probs, (0, sampling.max_new_tokens - log_probs.shape[1]))
+            result.batch["rollout_log_probs"] = log_probs * result.batch["response_mask"]
         return result
 
 
-def _token_log_probs(
-    logits: tuple[torch.Tensor, ...], responses: torch.Tensor, sampling: SamplingParams
-) -> torch.Tensor:
-    """``[rows, max_new_tokens]``: each generated token's log-prob under softmax(logits / T) (zeros past the
-    steps taken)."""
-    steps = torch.stack(logits, dim=1).float() / scoring_temperature(sampling)
-    taken = responses[:, : steps.shape[1]]
-    log_probs = F.log_softmax(steps, dim=-1).gather(-1, taken.unsqueeze(-1)).squeeze(-1)
-    return F.pad(log_probs, (0, sampling.max_new_tokens - log_probs.shape[1]))
+class _SampledLogProbs(LogitsProcessor):
+    """Each generated token's log-prob under softmax(logits / T), gathered as ``generate`` goes: it sees each
+    step's logits before the temperature and the top-k / top-p warpers (which ``generate`` appends after the
+    processors it is given) and keeps one step's log-softmax, from which the token sampled there is read at the
+    next step (``output_logits`` would keep every step's [rows, vocab] logits)."""
+
+    def __init__(self, temperature: float) -> None:
+        self.temperature = temperature
+        self.previous: torch.Tensor | None = None
+        self.log_probs: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.previous is not None:  # the token the previous step sampled is input_ids' last column
+            self.log_probs.append(self.previous.gather(-1, input_ids[:, -1:]).squeeze(-1))
+        self.previous = F.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def finish(self, last_tokens: torch.Tensor) -> torch.Tensor:
+        """``[rows, steps]``, given the last step's sampled tokens ``[rows, 1]``."""
+        if self.previous is not None:
+            self.log_probs.append(self.previous.gather(-1, last_tokens).squeeze(-1))
+            self.previous = None
+        if not self.log_probs:
+            return last_tokens.new_zeros((last_tokens.shape[0], 0), dtype=torch.float32)
+        return torch.stack(self.log_probs, dim=1)

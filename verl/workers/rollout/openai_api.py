@@ -26,6 +26,7 @@ A prompt of ``max_model_len`` tokens or more, or one whose ``max_tokens`` would 
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -65,8 +66,8 @@ class ParsedRequest:
     stop: tuple[str, ...] = ()
     skip_special_tokens: bool = True
     model: str | None = None
-    logprobs: bool = False
-    """return each token's log-prob with the reply"""
+    logprobs: str | None = None
+    """return each token's log-prob with the reply, in chat's layout ("chat") or completions' ("text")"""
 
     def token_requests(self, request_id: str) -> list[TokenRequest]:
         """One token request per reply; reply ``i`` samples with ``seed + i`` when a seed is given."""
@@ -218,14 +219,16 @@ def parse_sampling(
     )
 
 
-def _logprobs(body: Mapping[str, Any]) -> bool:
-    """Whether the reply carries its tokens' log-probs: chat's ``logprobs: true``, completions' ``logprobs: 0``
-    (a count of top alternatives per token, which no engine here returns beyond the sampled one)."""
+def _logprobs(body: Mapping[str, Any]) -> str | None:
+    """The log-probs layout a body asks for: chat's ``logprobs: true`` or completions' ``logprobs: 0`` (a count
+    of top alternatives per token, which no engine here returns beyond the sampled one); None for none."""
     value = body.get("logprobs")
     if value is None or value is False:
-        return False
-    if value is True or (isinstance(value, Integral) and value == 0):
-        return True
+        return None
+    if value is True:
+        return "chat"
+    if isinstance(value, Integral) and value == 0:
+        return "text"
     raise RequestError(
         f"logprobs={value!r} is not supported by this server: it returns each token's own log-prob (chat: "
         "logprobs=true; completions: logprobs=0), not the top alternatives"
@@ -314,8 +317,10 @@ class Reply:
     finish_reason: str
     tokens: int = 0
     """tokens generated (the stop token included)"""
-    token_logprobs: list[tuple[str, float]] | None = None
-    """with ``logprobs``: each token of the text (decoded alone) and its log-prob"""
+    token_logprobs: list[tuple[str, list[int] | None, float]] | None = None
+    """with ``logprobs``: each token of the text (its text, its bytes or None, its log-prob)"""
+    text_offsets: list[int] | None = None
+    """with ``logprobs``: where each token starts in the text (characters before it)"""
 
 
 def reply_text(
@@ -333,24 +338,99 @@ def reply_text(
     reply = Reply(text, finish, len(response.response_ids))
     if parsed.logprobs:
         if response.log_probs is None:
-            raise RequestError(
-                "logprobs: the rollout engine behind this server returns no log-probs (rollout.name=hf needs "
-                "rollout.calculate_log_probs=true)"
-            )
-        kept = _tokens_in(tokenizer, ids, len(text), parsed.skip_special_tokens)
+            raise RequestError("logprobs: the rollout engine behind this server returns no log-probs")
+        kept = ids[: _tokens_in(tokenizer, ids, len(text), parsed.skip_special_tokens)]
+        pieces = token_pieces(tokenizer, kept, parsed.skip_special_tokens)
         reply.token_logprobs = [
-            (tokenizer.decode([token], skip_special_tokens=parsed.skip_special_tokens), float(lp))
-            for token, lp in zip(ids[:kept], response.log_probs, strict=False)
+            (piece, raw, float(lp)) for (piece, raw), lp in zip(pieces, response.log_probs, strict=False)
         ]
+        if parsed.logprobs == "text":  # the characters before each token: one decoding per token
+            reply.text_offsets = [
+                len(_decoded(tokenizer, kept[:i], parsed.skip_special_tokens)) for i in range(len(kept))
+            ]
     return reply
 
 
+PARTIAL = "\ufffd"
+"""what decoding gives for the bytes of a character that a token holds only part of"""
+CONTEXT = 4
+"""tokens decoded before each one to tell its own text: SentencePiece drops a leading space at the start"""
+
+
+def _decoded(tokenizer: Any, ids: Sequence[int], skip_special: bool) -> str:
+    return tokenizer.decode(list(ids), skip_special_tokens=skip_special)
+
+
 def _tokens_in(tokenizer: Any, ids: list[int], length: int, skip_special: bool) -> int:
-    """How many of ``ids`` a text cut to ``length`` characters holds: those whose decoding ends within it."""
-    count = len(ids)
-    while count and len(tokenizer.decode(ids[:count], skip_special_tokens=skip_special)) > length:
-        count -= 1
-    return count
+    """How many of ``ids`` a text cut to ``length`` characters holds: the longest prefix whose decoding fits
+    (a binary search: decoding a longer prefix never gives a shorter text)."""
+    low, high = 0, len(ids)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if len(_decoded(tokenizer, ids[:middle], skip_special)) <= length:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def token_pieces(
+    tokenizer: Any, ids: list[int], skip_special: bool
+) -> list[tuple[str, list[int] | None, int]]:
+    """Each token as OpenAI's log-probs show it: its text, its UTF-8 bytes, where it starts in the reply.
+
+    A token's text is what it adds to the decoding of the few tokens before it (a SentencePiece token alone
+    loses its leading space). A token that holds part of a character, or ends one a token before it began,
+    shows its own bytes instead (``bytes:\\xe6\\x97``, as vLLM writes it), read from the vocabulary's byte-level
+    or byte-fallback piece, or None where the vocabulary does not say: no bytes are made up.
+    """
+    pieces = []
+    for i, token in enumerate(ids):
+        window = ids[max(0, i - CONTEXT) : i + 1]
+        before = _decoded(tokenizer, window[:-1], skip_special)
+        after = _decoded(tokenizer, window, skip_special)
+        if after.startswith(before) and not after.endswith(PARTIAL):
+            text = after[len(before) :]
+            pieces.append((text, list(text.encode("utf-8"))))
+        else:  # it begins or completes a character with bytes of another token
+            raw = _token_bytes(tokenizer, token)
+            pieces.append(
+                ("bytes:" + "".join(f"\\x{b:02x}" for b in raw) if raw is not None else PARTIAL, raw)
+            )
+    return pieces
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """The byte-level BPE alphabet (GPT-2's, used by Qwen, Llama 3, SmolLM): each byte as a printable character
+    (the printable ones as themselves, the others shifted past 255)."""
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
+    mapping = {b: chr(b) for b in printable}
+    shifted = 0
+    for b in range(256):
+        if b not in mapping:
+            mapping[b] = chr(256 + shifted)
+            shifted += 1
+    return mapping
+
+
+BYTE_OF_CHAR = {char: byte for byte, char in _bytes_to_unicode().items()}
+HEX_BYTE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+"""SentencePiece's byte-fallback pieces (Llama 2, Mistral)"""
+
+
+def _token_bytes(tokenizer: Any, token: int) -> list[int] | None:
+    """A token's bytes from its vocabulary piece: byte-level (each character one byte) or byte fallback."""
+    piece = tokenizer.convert_ids_to_tokens(token) or ""
+    fallback = HEX_BYTE.fullmatch(piece)
+    if fallback:
+        return [int(fallback.group(1), 16)]
+    if piece and all(char in BYTE_OF_CHAR for char in piece):
+        return [BYTE_OF_CHAR[char] for char in piece]
+    return None
 
 
 def _usage(prompt_tokens: int, replies: Sequence[Reply]) -> dict[str, int]:
@@ -408,8 +488,8 @@ def _chat_logprobs(reply: Reply) -> dict[str, Any] | None:
         return None
     return {
         "content": [
-            {"token": token, "logprob": lp, "bytes": list(token.encode("utf-8")), "top_logprobs": []}
-            for token, lp in reply.token_logprobs
+            {"token": token, "logprob": lp, "bytes": raw, "top_logprobs": []}
+            for token, raw, lp in reply.token_logprobs
         ]
     }
 
@@ -418,15 +498,11 @@ def _text_logprobs(reply: Reply) -> dict[str, Any] | None:
     """text_completion's ``logprobs``: the tokens, their log-probs, and where each starts in the text."""
     if reply.token_logprobs is None:
         return None
-    offsets, at = [], 0
-    for token, _ in reply.token_logprobs:
-        offsets.append(at)
-        at += len(token)
     return {
-        "tokens": [token for token, _ in reply.token_logprobs],
-        "token_logprobs": [lp for _, lp in reply.token_logprobs],
+        "tokens": [token for token, _, _ in reply.token_logprobs],
+        "token_logprobs": [lp for _, _, lp in reply.token_logprobs],
         "top_logprobs": None,
-        "text_offset": offsets,
+        "text_offset": reply.text_offsets,
     }
 
 
