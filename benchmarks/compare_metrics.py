@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 
-SKIP = ("timing_s/", "perf/")
+SKIP = ("timing_s/", "timing_per_token_ms/", "perf/")
 
 
 def load(path: str) -> list[dict]:

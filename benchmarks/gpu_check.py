@@ -639,7 +639,9 @@ def metrics_by_step(run_dir: Path) -> dict[int, dict[str, Any]]:
 
 
 def non_timing(metrics: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in metrics.items() if not k.startswith(("timing_s/", "perf/"))}
+    return {
+        k: v for k, v in metrics.items() if not k.startswith(("timing_s/", "timing_per_token_ms/", "perf/"))
+    }
 
 
 def loss_problems(metrics: dict[int, dict[str, Any]], steps: int) -> list[str]:

@@ -45,7 +45,7 @@ def prompts_by_step(out_dir):
 
 
 def numbers(out_dir):
-    return {r["step"]: {k: v for k, v in r.items() if not k.startswith(("timing_s/", "perf/"))} for r in
+    return {r["step"]: {k: v for k, v in r.items() if not k.startswith(("timing_s/", "timing_per_token_ms/", "perf/"))} for r in
             steps_logged(out_dir)}  # fmt: skip
 
 

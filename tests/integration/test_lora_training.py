@@ -69,7 +69,12 @@ def parity_reward(data, return_dict=False):
 
 def metrics_by_step(out_dir):
     rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: {k: v for k, v in r.items() if not k.startswith(("timing_s/", "perf/"))} for r in rows}
+    return {
+        r["step"]: {
+            k: v for k, v in r.items() if not k.startswith(("timing_s/", "timing_per_token_ms/", "perf/"))
+        }
+        for r in rows
+    }
 
 
 def train(config):

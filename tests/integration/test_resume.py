@@ -53,7 +53,7 @@ def overrides(model_dir, files, out_dir, reward_path, *extra):
 def metrics_by_step(out_dir):
     """Every logged metric except wall-clock ones, keyed by step."""
     rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
-    drop = ("timing_s/", "perf/")
+    drop = ("timing_s/", "timing_per_token_ms/", "perf/")
     return {r["step"]: {k: v for k, v in r.items() if not k.startswith(drop)} for r in rows}
 
 

@@ -180,7 +180,7 @@ def test_one_step_off_on_ray_runs_the_rollout_in_a_process_of_its_own(
             trainer.fit()
         finally:
             trainer.shutdown()
-        drop = ("timing_s/", "perf/", "memory/")
+        drop = ("timing_s/", "timing_per_token_ms/", "perf/", "memory/")
         runs[backend] = [
             {k: v for k, v in json.loads(line).items() if not k.startswith(drop)}
             for line in (out / "metrics.jsonl").read_text().splitlines()
@@ -206,7 +206,7 @@ def test_streaming_on_ray_equals_in_process_and_resumes_exactly(
     import json
 
     def metrics(out):
-        drop = ("timing_s/", "perf/", "memory/")
+        drop = ("timing_s/", "timing_per_token_ms/", "perf/", "memory/")
         rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         return {r["step"]: {k: v for k, v in r.items() if not k.startswith(drop)} for r in rows}
 

@@ -112,7 +112,7 @@ def test_two_rl_steps_change_weights_and_log_metrics(tiny_model_dir, arithmetic_
 
 
 def _numbers(path):
-    drop = ("timing_s/", "perf/")
+    drop = ("timing_s/", "timing_per_token_ms/", "perf/")
     return [
         {k: v for k, v in json.loads(line).items() if not k.startswith(drop)}
         for line in path.read_text().splitlines()
