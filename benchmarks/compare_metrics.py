@@ -2,7 +2,7 @@
 
     python benchmarks/compare_metrics.py outputs/before/metrics.jsonl outputs/after/metrics.jsonl
 
-Timing and throughput metrics (``timing_s/``, ``perf/``) differ run to run and are skipped; every other
+Timing and throughput metrics (``timing_s/``, ``timing_per_token_ms/``, ``perf/``) differ run to run and are skipped; every other
 key must be present in both and equal to the last bit. Prints the first differences, or IDENTICAL.
 Used to show that a refactor left a run's arithmetic unchanged (same seed, same thread count).
 """
@@ -13,6 +13,7 @@ import json
 import sys
 
 SKIP = ("timing_s/", "timing_per_token_ms/", "perf/")
+"""verl.trainer.metrics.WALL_CLOCK_PREFIXES, written out: this script reads JSON only (no torch to import)"""
 
 
 def load(path: str) -> list[dict]:

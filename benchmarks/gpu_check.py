@@ -638,10 +638,12 @@ def metrics_by_step(run_dir: Path) -> dict[int, dict[str, Any]]:
     return {int(r["step"]): r for r in rows if "step" in r}
 
 
+WALL_CLOCK_PREFIXES = ("timing_s/", "timing_per_token_ms/", "perf/")
+"""verl.trainer.metrics.WALL_CLOCK_PREFIXES, written out: this parent process never imports torch"""
+
+
 def non_timing(metrics: dict[str, Any]) -> dict[str, Any]:
-    return {
-        k: v for k, v in metrics.items() if not k.startswith(("timing_s/", "timing_per_token_ms/", "perf/"))
-    }
+    return {k: v for k, v in metrics.items() if not k.startswith(WALL_CLOCK_PREFIXES)}
 
 
 def loss_problems(metrics: dict[int, dict[str, Any]], steps: int) -> list[str]:

@@ -42,7 +42,7 @@ RUNS: dict[str, list[str]] = {
     ],
     "colocate_async": ["trainer.v1.trainer_mode=colocate_async"],
 }
-SKIP = ("timing_s/", "timing_per_token_ms/", "perf/", "memory/")
+SKIP = (*compare_metrics.SKIP, "memory/")
 
 
 def run_all(out: Path, names: list[str]) -> None:

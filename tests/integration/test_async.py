@@ -8,6 +8,7 @@ import pytest
 import torch
 from test_rl_steps import actor_module, parity_reward, small_config
 
+from verl.trainer.metrics import WALL_CLOCK_PREFIXES
 from verl.trainer.rl_trainer import RLTrainer
 
 pytestmark = pytest.mark.slow
@@ -22,7 +23,7 @@ def records(out_dir):
 
 def numbers(
     out_dir,
-    drop=("timing_s/", "timing_per_token_ms/", "perf/", "training/off_policy/", "worker/restarts/rollout"),
+    drop=(*WALL_CLOCK_PREFIXES, "training/off_policy/", "worker/restarts/rollout"),
 ):
     """Every metric but the wall-clock ones and those only the asynchronous trainer logs."""
     return [{k: v for k, v in r.items() if not k.startswith(drop)} for r in records(out_dir)]
@@ -146,9 +147,7 @@ def test_streaming_trains_every_prompt_once_with_partial_rollouts(
     assert all(r[f"{STALENESS}_worst/max"] <= 7 for r in rows)
     assert rows[-1]["fully_async/pool/groups"] == 0  # every submitted prompt was trained
     run(ragged_model_dir, arithmetic_files, b, *mode, dump(b), steps=6)
-    assert numbers(a, drop=("timing_s/", "timing_per_token_ms/", "perf/")) == numbers(
-        b, drop=("timing_s/", "timing_per_token_ms/", "perf/")
-    )
+    assert numbers(a, drop=WALL_CLOCK_PREFIXES) == numbers(b, drop=WALL_CLOCK_PREFIXES)
 
 
 def test_streaming_without_partial_rollouts_finishes_generations_under_their_weights(

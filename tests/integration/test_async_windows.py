@@ -10,6 +10,7 @@ import json
 import pytest
 from test_rl_steps import parity_reward, small_config
 
+from verl.trainer.metrics import WALL_CLOCK_PREFIXES
 from verl.trainer.rl_trainer import RLTrainer
 from verl.trainer.sources import AheadSource
 
@@ -45,7 +46,7 @@ def prompts_by_step(out_dir):
 
 
 def numbers(out_dir):
-    return {r["step"]: {k: v for k, v in r.items() if not k.startswith(("timing_s/", "timing_per_token_ms/", "perf/"))} for r in
+    return {r["step"]: {k: v for k, v in r.items() if not k.startswith(WALL_CLOCK_PREFIXES)} for r in
             steps_logged(out_dir)}  # fmt: skip
 
 

@@ -23,6 +23,7 @@ from verl.models import load_hf_model
 from verl.models.lora import ADAPTER_CONFIG, apply_lora, has_adapters
 from verl.protocol import DataProto
 from verl.trainer.checkpointing import export_hf
+from verl.trainer.metrics import WALL_CLOCK_PREFIXES
 from verl.trainer.rl_trainer import RLTrainer
 from verl.workers.actor import Actor
 from verl.workers.engine.distributed import destroy_distributed, init_distributed
@@ -69,12 +70,7 @@ def parity_reward(data, return_dict=False):
 
 def metrics_by_step(out_dir):
     rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
-    return {
-        r["step"]: {
-            k: v for k, v in r.items() if not k.startswith(("timing_s/", "timing_per_token_ms/", "perf/"))
-        }
-        for r in rows
-    }
+    return {r["step"]: {k: v for k, v in r.items() if not k.startswith(WALL_CLOCK_PREFIXES)} for r in rows}
 
 
 def train(config):

@@ -16,6 +16,7 @@ from _small_run import small_run, two_turns_overrides
 
 from verl.models import load_tokenizer
 from verl.trainer.checkpointing import CRASH_ENV, export_hf
+from verl.trainer.metrics import WALL_CLOCK_PREFIXES
 from verl.trainer.rl_trainer import RLTrainer
 
 pytestmark = pytest.mark.slow
@@ -53,7 +54,7 @@ def overrides(model_dir, files, out_dir, reward_path, *extra):
 def metrics_by_step(out_dir):
     """Every logged metric except wall-clock ones, keyed by step."""
     rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
-    drop = ("timing_s/", "timing_per_token_ms/", "perf/")
+    drop = WALL_CLOCK_PREFIXES
     return {r["step"]: {k: v for k, v in r.items() if not k.startswith(drop)} for r in rows}
 
 

@@ -18,6 +18,7 @@ from verl.data import iterate_batches  # noqa: E402
 from verl.single_controller import LocalWorkerGroup  # noqa: E402
 from verl.single_controller.ray import RayWorkerGroup  # noqa: E402
 from verl.trainer.advantage import compute_advantages  # noqa: E402
+from verl.trainer.metrics import WALL_CLOCK_PREFIXES  # noqa: E402
 from verl.trainer.rl_trainer import RLTrainer  # noqa: E402
 from verl.trainer.step import generate_groups  # noqa: E402
 from verl.workers.requests import UpdateRequest  # noqa: E402
@@ -180,7 +181,7 @@ def test_one_step_off_on_ray_runs_the_rollout_in_a_process_of_its_own(
             trainer.fit()
         finally:
             trainer.shutdown()
-        drop = ("timing_s/", "timing_per_token_ms/", "perf/", "memory/")
+        drop = (*WALL_CLOCK_PREFIXES, "memory/")
         runs[backend] = [
             {k: v for k, v in json.loads(line).items() if not k.startswith(drop)}
             for line in (out / "metrics.jsonl").read_text().splitlines()
@@ -206,7 +207,7 @@ def test_streaming_on_ray_equals_in_process_and_resumes_exactly(
     import json
 
     def metrics(out):
-        drop = ("timing_s/", "timing_per_token_ms/", "perf/", "memory/")
+        drop = (*WALL_CLOCK_PREFIXES, "memory/")
         rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         return {r["step"]: {k: v for k, v in r.items() if not k.startswith(drop)} for r in rows}
 

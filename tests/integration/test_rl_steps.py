@@ -18,6 +18,7 @@ from verl.data import iterate_batches
 from verl.models import load_hf_model
 from verl.protocol import DataProto
 from verl.trainer.checkpointing import export_hf
+from verl.trainer.metrics import WALL_CLOCK_PREFIXES
 from verl.trainer.rl_trainer import RLTrainer
 
 pytestmark = pytest.mark.slow
@@ -112,7 +113,7 @@ def test_two_rl_steps_change_weights_and_log_metrics(tiny_model_dir, arithmetic_
 
 
 def _numbers(path):
-    drop = ("timing_s/", "timing_per_token_ms/", "perf/")
+    drop = WALL_CLOCK_PREFIXES
     return [
         {k: v for k, v in json.loads(line).items() if not k.startswith(drop)}
         for line in path.read_text().splitlines()

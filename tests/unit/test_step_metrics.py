@@ -34,3 +34,17 @@ def test_a_batch_without_tokens_does_not_divide_by_zero() -> None:
     assert compute_timing_per_token_metrics(batch, {"gen": 0.2}) == {
         "timing_per_token_ms/gen": pytest.approx(200.0)
     }
+
+
+def test_the_scripts_that_import_no_torch_skip_the_same_wall_clock_metrics() -> None:
+    import importlib.util
+    from pathlib import Path
+
+    from verl.trainer.metrics import WALL_CLOCK_PREFIXES
+
+    benchmarks = Path(__file__).resolve().parents[2] / "benchmarks"
+    for name, constant in (("compare_metrics", "SKIP"), ("gpu_check", "WALL_CLOCK_PREFIXES")):
+        spec = importlib.util.spec_from_file_location(name, benchmarks / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        assert getattr(module, constant) == WALL_CLOCK_PREFIXES, name

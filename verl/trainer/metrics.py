@@ -60,6 +60,10 @@ def compute_throughput_metrics(batch: DataProto, step_seconds: float, n_devices:
     }
 
 
+WALL_CLOCK_PREFIXES = ("timing_s/", "timing_per_token_ms/", "perf/")
+"""metrics of the machine's time, not of the run's arithmetic: they differ between two runs that are the same
+run (a resumed one and the uninterrupted one, two seeds alike), so comparisons of runs leave them out"""
+
 PER_TOKEN_SECTIONS = ("gen", "ref", "values", "adv", "update_critic", "update_actor")
 """the step's sections verl reports per token: generation per response token, the others per token of the
 whole sequences (prompt and response) they pass over"""
