@@ -1,7 +1,8 @@
 """Every feature in every mode: the config of each of 288 combinations of rollout engine x training strategy x
 trainer mode x LoRA x tool agent loop x algorithm is loaded and validated (no training). Every one is accepted
 (so every pair of settings runs together); docs/architecture.md ("What combines with what") says so, and how
-the last refused pair (a streaming pool with the tool agent loop) was lifted.
+the last refused pair (a streaming pool with the tool agent loop) was lifted. tests/integration/test_mode_pairs.py
+trains every pair for real.
 """
 
 from __future__ import annotations
