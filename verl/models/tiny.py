@@ -44,6 +44,8 @@ QWEN2_PRETOKENIZE_REGEX = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{
 ARCHITECTURES = {
     "qwen2": {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]},
     "llama": {"model_type": "llama", "architectures": ["LlamaForCausalLM"]},
+    "mistral": {"model_type": "mistral", "architectures": ["MistralForCausalLM"]},
+    "phi3": {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"]},
 }
 
 
